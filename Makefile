@@ -1,0 +1,46 @@
+# warmgate: every target works on a fresh clone; .venv is bootstrapped on demand.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= deploy/local/warmgate.yaml
+
+.PHONY: install demo test check lint format typecheck imports bench loadtest chromium clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/warmgate check --config $(CONFIG)
+	$(BIN)/warmgate serve --config $(CONFIG)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+check: lint typecheck imports
+
+lint: install
+	$(BIN)/ruff check router backends tests loadtests
+	$(BIN)/ruff format --check router backends tests loadtests
+
+format: install
+	$(BIN)/ruff format router backends tests loadtests
+	$(BIN)/ruff check --fix router backends tests loadtests
+
+typecheck: install
+	$(BIN)/mypy router backends
+
+imports: install
+	$(BIN)/lint-imports
+
+bench: install
+	command -v wrk >/dev/null && command -v nginx >/dev/null || (apt-get install -y nginx wrk >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y nginx wrk))
+	$(BIN)/python -m loadtests.bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -1,0 +1,94 @@
+"""The narrow interfaces between the router and what runs a target.
+
+A **backend** runs and scales one target's workload (a local process, a Kubernetes Deployment, an
+always-on URL) and reports what it observes. An **engine** knows the protocol the workload speaks:
+whether it is ready (weights resident, not just the port open), whether it is still busy, and which
+requests may wake it. The router knows nothing else about either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What a backend sees of its workload right now. Replaced whole on every change."""
+
+    running: bool = False
+    """Something is running or asked to run (a live child process, replicas > 0)."""
+    endpoints: tuple[str, ...] = ()
+    """Base URLs (``http://127.0.0.1:41234``) that are up and may be probed or served."""
+    failure: str | None = None
+    """Why the last start failed or the workload died; ``None`` while healthy."""
+    crashed: bool = False
+    """The workload died without being asked to stop."""
+    degraded: str | None = None
+    """The backend cannot see or act right now (API server unreachable); serving may go on."""
+
+
+ObservationListener = Callable[[Observation], None]
+
+
+class Backend(Protocol):
+    """Runs and scales one target. Every method is idempotent and safe to call in any phase."""
+
+    @property
+    def always_on(self) -> bool:
+        """True when there is nothing to scale (``static``): the target is ready from the start."""
+        ...
+
+    def observe(self) -> Observation:
+        """The latest observation; never blocks."""
+        ...
+
+    async def open(self, listener: ObservationListener) -> None:
+        """Start watching; ``listener`` is called (synchronously) with each new observation."""
+        ...
+
+    async def scale_up(self) -> None:
+        """Ask for the workload to run. Returns once asked, not once ready."""
+        ...
+
+    async def scale_down(self) -> None:
+        """Stop the workload and release its GPU. Returns once it is stopped."""
+        ...
+
+    async def close(self) -> None:
+        """Stop watching; stop what this process started itself (never a shared Deployment)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What an engine may look at to decide whether a request wakes a cold target."""
+
+    method: str
+    path: str
+    is_websocket: bool
+    is_navigation: bool
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """The protocol a target's workload speaks."""
+
+    async def probe_ready(self, base_url: str) -> bool:
+        """True once the engine reports itself able to serve (model resident)."""
+        ...
+
+    async def busy(self, base_url: str) -> bool:
+        """True while the engine works with no HTTP traffic (a render in its own queue)."""
+        ...
+
+    def wakes(self, facts: RequestFacts) -> bool:
+        """Whether this request may start a cold target."""
+        ...
+
+    def stream_is_activity(self, path: str) -> bool:
+        """Whether frames on a long-lived stream at this path count as activity."""
+        ...
+
+    async def close(self) -> None: ...

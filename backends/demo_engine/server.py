@@ -1,0 +1,208 @@
+"""HTTP routes and the app builder: a ComfyUI-compatible subset, every route also under /api/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import platform
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from .checkpoint import Checkpoint, LoadState, Model
+from .config import EngineConfig
+from .device import describe_devices
+from .execute import RenderExecutor
+from .graph import PromptError, parse_prompt
+from .history import History, OutputStore
+from .hub import Hub, status_message
+from .origin import origin_middleware
+from .page import APP_CSS, APP_JS, INDEX_HTML
+from .prompt_queue import PromptQueue
+
+log = logging.getLogger(__name__)
+
+CONFIG = web.AppKey("config", EngineConfig)
+MODEL: web.AppKey[Model] = web.AppKey("model")
+OUTPUTS = web.AppKey("outputs", OutputStore)
+HUB = web.AppKey("hub", Hub)
+QUEUE = web.AppKey("queue", PromptQueue)
+TORCH: web.AppKey[Any] = web.AppKey("torch")
+"""The torch module when the checkpoint lives on CUDA, else None."""
+
+PREFIXES = ("", "/api")
+"""ComfyUI serves its API both at the root and under /api/."""
+
+
+async def readyz(request: web.Request) -> web.Response:
+    model = request.app[MODEL]
+    if model.state is LoadState.LOADED:
+        return web.json_response({"status": "ready"})
+    body: dict[str, Any] = {"status": "loading", "checkpoint": model.state.value}
+    if model.error:
+        body["error"] = model.error
+    return web.json_response(body, status=503)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def _bad_request(error: PromptError) -> web.Response:
+    return web.json_response(error.as_json(), status=400)
+
+
+async def post_prompt(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _bad_request(PromptError("invalid_json", f"Request body is not JSON: {exc}"))
+    try:
+        parsed = parse_prompt(body, request.app[CONFIG].steps)
+    except PromptError as exc:
+        return _bad_request(exc)
+    client_id = body.get("client_id")
+    item = await request.app[QUEUE].put(parsed, client_id if isinstance(client_id, str) else None)
+    log.info("queued prompt %s (#%d)", item.prompt_id, item.number)
+    return web.json_response(
+        {"prompt_id": item.prompt_id, "number": item.number, "node_errors": {}}
+    )
+
+
+async def get_prompt(request: web.Request) -> web.Response:
+    return web.json_response({"exec_info": {"queue_remaining": request.app[QUEUE].remaining}})
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    return web.json_response(request.app[QUEUE].snapshot())
+
+
+async def get_history(request: web.Request) -> web.Response:
+    history = request.app[QUEUE].history
+    prompt_id = request.match_info.get("prompt_id")
+    if prompt_id is not None:
+        return web.json_response(history.get(prompt_id))
+    raw = request.query.get("max_items")
+    max_items = int(raw) if raw and raw.isdigit() else None
+    return web.json_response(history.all(max_items))
+
+
+async def view(request: web.Request) -> web.Response:
+    q = request.query
+    png = request.app[OUTPUTS].get(
+        q.get("filename", ""), q.get("subfolder", ""), q.get("type", "output")
+    )
+    if png is None:
+        raise web.HTTPNotFound()
+    return web.Response(body=png, content_type="image/png")
+
+
+async def system_stats(request: web.Request) -> web.Response:
+    torch = request.app[TORCH]
+    ram, devices = describe_devices(torch)
+    system = {
+        "os": sys.platform,
+        **ram,
+        "comfyui_version": "demo",
+        "python_version": sys.version,
+        "pytorch_version": str(getattr(torch, "__version__", "")),
+        "embedded_python": False,
+        "argv": sys.argv,
+        "hostname": platform.node(),
+    }
+    return web.json_response({"system": system, "devices": devices})
+
+
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(heartbeat=30)
+    await ws.prepare(request)
+    sid = request.query.get("clientId") or uuid.uuid4().hex
+    hub = request.app[HUB]
+    await ws.send_json(status_message(request.app[QUEUE].remaining, sid))
+    hub.add(ws, sid)
+    try:
+        async for msg in ws:  # clients may send; ComfyUI ignores most of it, and so do we
+            if msg.type == WSMsgType.ERROR:
+                break
+    finally:
+        hub.remove(ws)
+    return ws
+
+
+def _text(body: str, content_type: str) -> Callable[[web.Request], Any]:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=body, content_type=content_type, charset="utf-8")
+
+    return handler
+
+
+def _routes() -> list[web.RouteDef]:
+    table: list[tuple[str, str, Any]] = [
+        ("GET", "/readyz", readyz),
+        ("GET", "/healthz", healthz),
+        ("POST", "/prompt", post_prompt),
+        ("GET", "/prompt", get_prompt),
+        ("GET", "/queue", get_queue),
+        ("GET", "/history", get_history),
+        ("GET", "/history/{prompt_id}", get_history),
+        ("GET", "/view", view),
+        ("GET", "/system_stats", system_stats),
+        ("GET", "/ws", websocket),
+        ("GET", "/", _text(INDEX_HTML, "text/html")),
+        ("GET", "/static/app.css", _text(APP_CSS, "text/css")),
+        ("GET", "/static/app.js", _text(APP_JS, "application/javascript")),
+    ]
+    return [
+        web.get(prefix + path, handler)
+        if method == "GET"
+        else web.route(method, prefix + path, handler)
+        for prefix in PREFIXES
+        for method, path, handler in table
+    ]
+
+
+async def _background(app: web.Application) -> AsyncIterator[None]:
+    """Start the checkpoint load (when eager) and the queue worker; stop both on shutdown."""
+    model = app[MODEL]
+    if app[CONFIG].eager_load:
+        model.start()
+    worker = asyncio.get_running_loop().create_task(app[QUEUE].run(), name="demo-engine-worker")
+    yield
+    worker.cancel()
+    await asyncio.wait({worker})
+    await model.aclose()
+
+
+async def _close_sockets(app: web.Application) -> None:
+    await app[HUB].close_all()
+
+
+def build_app(
+    config: EngineConfig, model: Model | None = None, torch: Any = None
+) -> web.Application:
+    """Wire the engine; `model` defaults to the real checkpoint described by `config`."""
+    if model is None:
+        model = Checkpoint(
+            config.checkpoint_path,
+            config.checkpoint_size,
+            chunk_size=config.chunk_size,
+            torch=torch,
+        )
+    app = web.Application(middlewares=[origin_middleware], client_max_size=16 * 1024**2)
+    hub = Hub()
+    outputs = OutputStore(config.output_limit)
+    executor = RenderExecutor(model, outputs, hub, config.render_seconds)
+    app[CONFIG] = config
+    app[MODEL] = model
+    app[OUTPUTS] = outputs
+    app[HUB] = hub
+    app[QUEUE] = PromptQueue(executor, hub.broadcast_status, History(config.history_limit))
+    app[TORCH] = torch
+    app.add_routes(_routes())
+    app.cleanup_ctx.append(_background)
+    app.on_shutdown.append(_close_sockets)
+    return app

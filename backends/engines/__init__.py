@@ -1,0 +1,1 @@
+"""Engines: what warmgate knows of each protocol a target speaks."""

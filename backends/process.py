@@ -1,0 +1,176 @@
+"""``kind: process``: a local command started and stopped by warmgate (one workstation, no
+cluster). The child runs in its own process group, dies with warmgate (parent-death signal), and
+its output goes to warmgate's log prefixed with the target name."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import sys
+from collections import deque
+from collections.abc import Coroutine
+from pathlib import Path
+
+from backends.base import Observation, ObservationListener
+from backends.specs import ProcessBackend as ProcessSpec
+
+log = logging.getLogger("warmgate.process")
+
+_PR_SET_PDEATHSIG = 1
+_STDERR_TAIL = 20
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask the kernel to SIGKILL the child when warmgate dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ProcessBackend:
+    def __init__(self, target: str, spec: ProcessSpec, base_dir: str) -> None:
+        self.target = target
+        self.spec = spec
+        self.base_dir = base_dir
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stopping = False
+        self._observation = Observation()
+        self._listener: ObservationListener | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL)
+        self._lock = asyncio.Lock()
+
+    @property
+    def always_on(self) -> bool:
+        return False
+
+    def observe(self) -> Observation:
+        return self._observation
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    def _set(self, observation: Observation) -> None:
+        self._observation = observation
+        if self._listener is not None:
+            self._listener(observation)
+
+    async def open(self, listener: ObservationListener) -> None:
+        self._listener = listener
+        listener(self._observation)
+
+    def _argv_env_cwd(self, port: int) -> tuple[list[str], dict[str, str], str]:
+        values = {"port": str(port), "host": self.spec.host}
+        argv = [part.format_map(values) for part in self.spec.command]
+        if argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # the interpreter warmgate runs on, with its environment
+        env = dict(os.environ)
+        env.update({k: v.format_map(values) for k, v in self.spec.env.items()})
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        cwd = Path(self.base_dir, self.spec.cwd or ".").resolve()
+        return argv, env, str(cwd)
+
+    async def scale_up(self) -> None:
+        async with self._lock:
+            if self._proc is not None and self._proc.returncode is None:
+                return
+            port = self.spec.port or free_port(self.spec.host)
+            argv, env, cwd = self._argv_env_cwd(port)
+            self.stderr_tail.clear()
+            self._stopping = False
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as exc:
+                reason = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+                log.error("[%s] %s", self.target, reason)
+                self._set(Observation(failure=reason, crashed=True))
+                return
+            self._proc = proc
+            log.info("[%s] started pid %d: %s", self.target, proc.pid, " ".join(argv))
+            host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
+            self._set(Observation(running=True, endpoints=(f"http://{host}:{port}",)))
+            assert proc.stdout is not None and proc.stderr is not None
+            self._spawn(self._pipe(proc.stdout, "out"))
+            self._spawn(self._pipe(proc.stderr, "err"))
+            self._spawn(self._watch(proc))
+
+    def _spawn(self, coro: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, stream: asyncio.StreamReader, name: str) -> None:
+        while line := await stream.readline():
+            text = line.decode(errors="replace").rstrip()
+            if name == "err":
+                self.stderr_tail.append(text)
+            log.info("[%s] %s", self.target, text)
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        if self._proc is not proc:
+            return
+        if self._stopping:
+            return
+        tail = "\n".join(self.stderr_tail)
+        reason = f"exited with code {code}"
+        log.warning("[%s] %s; last output:\n%s", self.target, reason, tail or "(none)")
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
+        self._set(Observation(failure=reason, crashed=True))
+
+    async def scale_down(self) -> None:
+        async with self._lock:
+            proc = self._proc
+            self._stopping = True
+            if proc is not None:
+                await self._terminate(proc)
+            self._set(Observation())
+
+    async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        else:
+            try:
+                async with asyncio.timeout(self.spec.stop_grace):
+                    await proc.wait()
+            except TimeoutError:
+                log.warning(
+                    "[%s] still running %.0fs after SIGTERM: SIGKILL",
+                    self.target,
+                    self.spec.stop_grace,
+                )
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        log.info("[%s] stopped (exit code %s)", self.target, proc.returncode)
+
+    async def close(self) -> None:
+        await self.scale_down()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

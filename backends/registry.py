@@ -1,0 +1,29 @@
+"""The one place that turns config specs into concrete backends and engines.
+
+The router calls these factories and then speaks only the protocols of ``backends.base``.
+"""
+
+from __future__ import annotations
+
+from backends.base import Backend, Engine
+from backends.specs import BackendSpec, Readiness
+
+
+def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
+    if spec.kind == "static":
+        from backends.static import StaticBackend
+
+        return StaticBackend(spec)
+    if spec.kind == "process":
+        from backends.process import ProcessBackend
+
+        return ProcessBackend(target, spec, base_dir)
+    raise ValueError(f"unknown backend kind {spec.kind!r}")  # config validation prevents this
+
+
+def make_engine(kind: str, readiness: Readiness, wake_on: str) -> Engine:
+    if kind == "http":
+        from backends.engines.http import HttpEngine
+
+        return HttpEngine(readiness, wake_on)
+    raise ValueError(f"unknown engine {kind!r}")  # config validation prevents this

@@ -1,0 +1,48 @@
+"""Activity of one target: what keeps its GPU from being released.
+
+Counted on the request hot path, so plain attributes and no locks (one event loop). The
+lifecycle reads it through :meth:`Activity.idle_since`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+
+class Activity:
+    __slots__ = (
+        "busy_until",
+        "held",
+        "in_flight",
+        "last_frame",
+        "last_request",
+        "streams",
+    )
+
+    def __init__(self, now: float) -> None:
+        self.in_flight = 0
+        """Requests being forwarded (not held, not long-lived streams)."""
+        self.held = 0
+        """Requests waiting for the target to become ready; they want it, but are not activity."""
+        self.last_request = now
+        """Loop time a request last started or finished."""
+        self.last_frame = float("-inf")
+        """Loop time any websocket or SSE stream last carried a frame that counts."""
+        self.busy_until = float("-inf")
+        """The engine reported itself busy until at least this loop time."""
+        self.streams: dict[object, Callable[[int, str], Awaitable[None]]] = {}
+        """Open long-lived streams: key -> ``close(code, reason)``; closed at release."""
+
+    def begin(self, now: float) -> None:
+        self.in_flight += 1
+        self.last_request = now
+
+    def end(self, now: float) -> None:
+        self.in_flight -= 1
+        self.last_request = now
+
+    def idle_since(self, stream_window: float) -> float | None:
+        """Loop time since which the target has been idle, or ``None`` while it is active."""
+        if self.in_flight > 0:
+            return None
+        return max(self.last_request, self.last_frame + stream_window, self.busy_until)

@@ -1,0 +1,54 @@
+"""The admin listener: /healthz, /readyz, /metrics and /targets. Never served publicly."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from router.keys import METRICS, READINESS, RUNTIMES
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready = request.app[READINESS]
+    problems = ready.problems()
+    status = "ready" if not problems else ("degraded" if ready.listening else "not ready")
+    code = 200 if ready.listening else 503
+    return web.json_response({"status": status, "problems": problems}, status=code)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def targets(request: web.Request) -> web.Response:
+    now = request.loop.time()
+    out = {}
+    for name, runtime in request.app[RUNTIMES].items():
+        state = runtime.state
+        activity = runtime.activity
+        idle_since = activity.idle_since(runtime.spec.scaling.stream_activity_window)
+        out[name] = {
+            "phase": state.phase.value,
+            "for_seconds": round(now - state.since, 3),
+            "reason": state.reason,
+            "endpoints": list(state.endpoints),
+            "in_flight": activity.in_flight,
+            "held": activity.held,
+            "streams": len(activity.streams),
+            "idle_seconds": None if idle_since is None else round(max(0.0, now - idle_since), 3),
+        }
+    return web.json_response(out)
+
+
+def build_admin_app() -> web.Application:
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/targets", targets)
+    return app

@@ -1,0 +1,95 @@
+"""Wiring: one builder, innermost layer first (config -> backends -> runtimes -> lifecycles ->
+dispatcher -> apps). Background work lives in ``cleanup_ctx``: it starts and stops with the app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from backends.registry import make_backend, make_engine
+from router.admin import build_admin_app
+from router.config import Config
+from router.dispatch import Dispatcher
+from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
+from router.lifecycle import Lifecycle
+from router.match import RouteTable
+from router.metrics import Metrics
+from router.targets import TargetRuntime
+
+
+@dataclass
+class Apps:
+    public: web.Application
+    admin: web.Application
+    readiness: Readiness
+
+
+def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
+    spec = runtime.spec
+    connector = aiohttp.TCPConnector(
+        limit=spec.limits.max_connections,
+        limit_per_host=0,
+        keepalive_timeout=30.0,
+        ttl_dns_cache=60,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=spec.timeouts.connect),
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),  # never keep one user's cookies for the next
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        trust_env=False,
+    )
+
+
+def build_apps(config: Config) -> Apps:
+    loop = asyncio.get_running_loop()
+    metrics = Metrics()
+    runtimes: dict[str, TargetRuntime] = {}
+    for name, target in config.targets.items():
+        backend = make_backend(name, target.backend, config.base_dir)
+        engine = make_engine(target.engine, target.readiness, target.scaling.wake_on)
+        runtimes[name] = TargetRuntime(name, target, backend, engine, metrics, loop)
+    readiness = Readiness(runtimes=runtimes)
+    sessions: dict[str, aiohttp.ClientSession] = {}
+    dispatcher = Dispatcher(
+        RouteTable(config),
+        runtimes,
+        sessions,
+        metrics,
+        trust_forwarded=config.server.trust_forwarded,
+        access_log=config.server.access_log,
+    )
+
+    async def run_targets(app: web.Application) -> AsyncIterator[None]:
+        for name, runtime in runtimes.items():
+            sessions[name] = _session(runtime)
+        lifecycles = [Lifecycle(runtime, sessions[name]) for name, runtime in runtimes.items()]
+        for lifecycle in lifecycles:
+            await lifecycle.open()
+        yield
+        for runtime in runtimes.values():
+            for close in list(runtime.activity.streams.values()):
+                with contextlib.suppress(Exception):
+                    await close(1001, "warmgate is shutting down")
+        await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
+        await asyncio.gather(*(session.close() for session in sessions.values()))
+
+    public = web.Application(handler_args={"max_field_size": 16384})
+    public[CONFIG] = config
+    public[METRICS] = metrics
+    public[RUNTIMES] = runtimes
+    public.cleanup_ctx.append(run_targets)
+    public.router.add_route("*", "/{tail:.*}", dispatcher.handle)
+
+    admin = build_admin_app()
+    admin[CONFIG] = config
+    admin[METRICS] = metrics
+    admin[RUNTIMES] = runtimes
+    admin[READINESS] = readiness
+    return Apps(public, admin, readiness)

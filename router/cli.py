@@ -1,0 +1,86 @@
+"""``warmgate``: check a config, or serve it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from router import __version__
+from router.config import Config, load_config
+from router.errors import ConfigError
+from router.match import RouteTable
+
+DEFAULT_CONFIG = "deploy/local/warmgate.yaml"
+
+
+def _print_table(config: Config) -> None:
+    rows = [("HOSTS", "PATH PREFIX", "HEADERS", "TARGET", "BACKEND", "ENGINE")]
+    for hosts, prefix, headers, target in RouteTable(config).describe():
+        spec = config.targets[target]
+        rows.append((hosts, prefix, headers, target, spec.backend.kind, spec.engine))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    print(f"{args.config}: ok, {len(config.targets)} targets")
+    print(f"listen {config.listen}, admin {config.admin_listen}\n")
+    _print_table(config)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    from router.server import serve
+
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; tolerate odd platforms
+        asyncio.run(serve(config))
+    else:
+        uvloop.run(serve(config))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="warmgate", description="Request router and scale-from-zero proxy for GPU engines."
+    )
+    parser.add_argument("--version", action="version", version=f"warmgate {__version__}")
+    parser.add_argument(
+        "--log-level", default=os.environ.get("WARMGATE_LOG_LEVEL", "INFO"), help="default INFO"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, func, text in (
+        ("check", _check, "validate a config file and print the routing table"),
+        ("serve", _serve, "run the router"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument(
+            "--config", "-c", default=DEFAULT_CONFIG, help=f"default {DEFAULT_CONFIG}"
+        )
+        command.set_defaults(func=func)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"warmgate: invalid config\n{exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

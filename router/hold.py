@@ -1,0 +1,66 @@
+"""Holding a request while its target cold-starts.
+
+A held request is an object waiting on the target's state broadcast with a deadline; the wait
+reports whether it was a cold start and how long it took. It never polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from router.errors import HoldTimeout, Shedding, TargetFailed
+from router.state import Phase, StateCell, TargetState
+
+
+@dataclass(frozen=True, slots=True)
+class HoldResult:
+    state: TargetState
+    waited: float
+    """Seconds spent waiting; 0.0 when the target was already ready."""
+    cold: bool
+
+
+def _settled(state: TargetState) -> bool:
+    return state.phase is Phase.READY or state.phase is Phase.FAILED
+
+
+async def wait_ready(
+    cell: StateCell, target: str, limit: float, loop: asyncio.AbstractEventLoop
+) -> HoldResult:
+    """Wait until the target is ready. Raises :class:`HoldTimeout` past ``limit`` seconds and
+    :class:`TargetFailed` when its cold start fails."""
+    started = loop.time()
+    try:
+        async with asyncio.timeout(limit):
+            state = await cell.wait_for(_settled)
+    except TimeoutError:
+        raise HoldTimeout(
+            f"target {target!r} did not become ready within {limit:g}s", target=target
+        ) from None
+    if state.phase is Phase.FAILED:
+        raise TargetFailed(
+            f"target {target!r} could not be started; it is retried after a backoff",
+            target=target,
+            retry_after=max(1.0, state.retry_at - loop.time()),
+        )
+    return HoldResult(state, loop.time() - started, cold=True)
+
+
+def admission_error(
+    state: TargetState, held: int, max_held: int, target: str, now: float
+) -> Shedding | TargetFailed | None:
+    """Why a new request may not even be held right now, or ``None``. Pure."""
+    if state.phase is Phase.FAILED and now < state.retry_at:
+        return TargetFailed(
+            f"target {target!r} could not be started; it is retried after a backoff",
+            target=target,
+            retry_after=max(1.0, state.retry_at - now),
+        )
+    if held >= max_held:
+        return Shedding(
+            f"target {target!r} is starting and {held} requests are already waiting",
+            target=target,
+            retry_after=5.0,
+        )
+    return None

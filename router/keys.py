@@ -1,0 +1,34 @@
+"""Typed keys for state shared through aiohttp applications."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from router.config import Config
+from router.metrics import Metrics
+from router.targets import TargetRuntime
+
+
+@dataclass
+class Readiness:
+    """What /readyz reports: config loaded (always, once running), listeners bound, backends."""
+
+    listening: bool = False
+    runtimes: Mapping[str, TargetRuntime] = field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        out = [] if self.listening else ["listeners not bound yet"]
+        for name, runtime in self.runtimes.items():
+            degraded = runtime.backend.observe().degraded
+            if degraded:
+                out.append(f"{name}: {degraded}")
+        return out
+
+
+CONFIG = web.AppKey("config", Config)
+METRICS = web.AppKey("metrics", Metrics)
+RUNTIMES = web.AppKey("runtimes", Mapping[str, TargetRuntime])
+READINESS = web.AppKey("readiness", Readiness)

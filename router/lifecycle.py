@@ -1,0 +1,224 @@
+"""One background task per target owns its phase: it asks :func:`router.scaling.decide` what to
+do, performs that step (the only I/O), publishes the new snapshot, and waits for the next change
+or deadline. Time is read through the event loop, so tests can fast-forward it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+
+import aiohttp
+
+from backends.base import Observation
+from router.scaling import Act, Step, View, backoff, decide
+from router.state import Phase, TargetState
+from router.targets import TargetRuntime
+
+log = logging.getLogger("warmgate.lifecycle")
+
+ACCOUNTING_INTERVAL = 1.0
+"""While ready, GPU-seconds are accounted (and busy engines polled) at least this often."""
+
+
+class Lifecycle:
+    def __init__(self, runtime: TargetRuntime, session: aiohttp.ClientSession) -> None:
+        self.rt = runtime
+        self.session = session
+        self._task: asyncio.Task[None] | None = None
+        self._next_probe = 0.0
+        self._accounted_at = runtime.loop.time()
+        self._next_busy_poll = 0.0
+        self._phase_gauges = {
+            phase: runtime.metrics.target_phase.labels(runtime.name, phase.value) for phase in Phase
+        }
+        runtime.cell.subscribe(self._on_state)
+        self._on_state(runtime.state, runtime.state)
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self.rt.backend.open(self._observed)
+        if self.rt.backend.always_on:
+            self._publish(
+                self.rt.state.with_phase(Phase.READY, self.now, endpoints=self._obs.endpoints)
+            )
+            return
+        await self._recover()
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"lifecycle:{self.rt.name}"
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.rt.backend.close()
+        await self.rt.engine.close()
+
+    @property
+    def now(self) -> float:
+        return self.rt.loop.time()
+
+    @property
+    def _obs(self) -> Observation:
+        return self.rt.backend.observe()
+
+    def _observed(self, observation: Observation) -> None:
+        self.rt.wake.set()
+
+    def _on_state(self, old: TargetState, new: TargetState) -> None:
+        if old.phase is not new.phase or old is new:
+            for phase, gauge in self._phase_gauges.items():
+                gauge.set(1 if phase is new.phase else 0)
+        if old.phase is not new.phase:
+            log.info(
+                "%s: %s -> %s (%s)", self.rt.name, old.phase.value, new.phase.value, new.reason
+            )
+
+    def _publish(self, state: TargetState) -> None:
+        self.rt.cell.replace(state)
+
+    async def _recover(self) -> None:
+        """A backend that is already running (warmgate restarted) is adopted, not restarted."""
+        obs = self._obs
+        if obs.running and obs.endpoints:
+            self._publish(
+                self.rt.state.with_phase(Phase.STARTING, self.now, reason="found running")
+            )
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def view(self) -> View:
+        rt = self.rt
+        return View(
+            state=rt.state,
+            observation=self._obs,
+            scaling=rt.spec.scaling,
+            now=self.now,
+            held=rt.activity.held,
+            in_flight=rt.activity.in_flight,
+            idle_since=rt.activity.idle_since(rt.spec.scaling.stream_activity_window),
+            next_probe=self._next_probe,
+            always_on=rt.backend.always_on,
+        )
+
+    async def _run(self) -> None:
+        while True:
+            await self._account()
+            step = decide(self.view())
+            if step.act is Act.WAIT:
+                await self._wait(step.until)
+                continue
+            try:
+                await self._perform(step)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a backend error must never end the loop
+                log.exception("%s: %s failed", self.rt.name, step.act.value)
+                if self.rt.state.phase is Phase.STARTING:
+                    self._fail(f"{step.act.value} failed: {exc}")
+                else:
+                    await self._wait(self.now + 1.0)
+
+    async def _wait(self, until: float) -> None:
+        wake = self.rt.wake
+        wake.clear()
+        if self.rt.state.phase is Phase.READY:
+            until = min(until, self.now + ACCOUNTING_INTERVAL)
+        timeout = None if math.isinf(until) else max(0.0, until - self.now)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await wake.wait()
+
+    async def _perform(self, step: Step) -> None:
+        rt, now = self.rt, self.now
+        if step.act is Act.START:
+            self._publish(
+                rt.state.with_phase(Phase.STARTING, now, reason=step.reason, endpoints=())
+            )
+            rt.metrics.cold_starts.labels(rt.name).inc()
+            self._next_probe = now
+            await rt.backend.scale_up()
+        elif step.act is Act.PROBE:
+            endpoint = self._obs.endpoints[0]
+            ready = await rt.engine.probe_ready(endpoint)
+            if ready and rt.state.phase is Phase.STARTING:
+                began = rt.state.since
+                rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)
+                rt.activity.last_request = self.now  # a fresh start gets a full idle window
+                self._accounted_at = self.now
+                self._publish(
+                    rt.state.with_phase(
+                        Phase.READY,
+                        self.now,
+                        endpoints=self._obs.endpoints,
+                        reason=f"ready after {self.now - began:.1f}s",
+                        failures=0,
+                    )
+                )
+            else:
+                self._next_probe = self.now + rt.spec.readiness.interval
+        elif step.act is Act.FAIL:
+            self._fail(step.reason)
+            await rt.backend.scale_down()
+        elif step.act is Act.LOST:
+            self._publish(rt.state.with_phase(Phase.COLD, now, endpoints=(), reason=step.reason))
+            await rt.backend.scale_down()  # reap what is left (a crashed child's group)
+        elif step.act is Act.DRAIN:
+            await self._drain(step.reason)
+
+    def _fail(self, reason: str) -> None:
+        rt = self.rt
+        failures = rt.state.failures + 1
+        wait = backoff(failures, rt.spec.scaling)
+        log.warning("%s: cold start failed (%s); next try in %.0fs", rt.name, reason, wait)
+        self._publish(
+            rt.state.with_phase(
+                Phase.FAILED,
+                self.now,
+                endpoints=(),
+                reason=reason,
+                failures=failures,
+                retry_at=self.now + wait,
+            )
+        )
+
+    async def _drain(self, reason: str) -> None:
+        rt = self.rt
+        self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason))
+        for close in list(rt.activity.streams.values()):
+            with contextlib.suppress(Exception):
+                await close(1001, "idle: the GPU is released")
+        # Decide again, synchronously with setting ``stopping``: anything that arrived while the
+        # streams were closing cancels the drain; after this point new requests are held.
+        activity = rt.activity
+        window = rt.spec.scaling.stream_activity_window
+        idle_since = activity.idle_since(window)
+        if (
+            activity.held > 0
+            or idle_since is None
+            or self.now - idle_since < rt.spec.scaling.idle_after
+        ):
+            self._publish(rt.state.with_phase(Phase.READY, self.now, reason="drain cancelled"))
+            return
+        self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))
+        await rt.backend.scale_down()
+        rt.metrics.idle_releases.labels(rt.name).inc()
+        self._publish(rt.state.with_phase(Phase.COLD, self.now, endpoints=(), reason=reason))
+
+    async def _account(self) -> None:
+        """GPU-seconds while ready, split by activity; polls the engine's busy signal."""
+        rt, now = self.rt, self.now
+        elapsed, self._accounted_at = now - self._accounted_at, now
+        if rt.state.phase is not Phase.READY:
+            return
+        if now >= self._next_busy_poll and rt.state.endpoints:
+            self._next_busy_poll = now + rt.spec.scaling.busy_poll
+            if await rt.engine.busy(rt.state.endpoints[0]):
+                rt.activity.busy_until = self.now + rt.spec.scaling.busy_poll
+        active = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
+        state = "busy" if active is None or now - active < 1.0 else "idle"
+        rt.metrics.gpu_seconds.labels(rt.name, state).inc(max(0.0, elapsed))

@@ -1,0 +1,91 @@
+"""Prometheus metrics, one registry per app (tests run several apps in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_COLD_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        ns = "warmgate"
+        self.requests = Counter(
+            "requests", "Requests answered", ["target", "method", "code"], namespace=ns, registry=r
+        )
+        self.request_duration = Histogram(
+            "request_duration_seconds",
+            "Time from request to the end of the response, holds included",
+            ["target"],
+            buckets=_LATENCY_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "in_flight", "Requests being forwarded", ["target"], namespace=ns, registry=r
+        )
+        self.upstream_errors = Counter(
+            "upstream_errors",
+            "Exchanges with an upstream that failed",
+            ["target", "kind"],
+            namespace=ns,
+            registry=r,
+        )
+        self.websockets_open = Gauge(
+            "websockets_open", "Proxied websockets open", ["target"], namespace=ns, registry=r
+        )
+        self.bytes = Counter(
+            "bytes",
+            "Body bytes proxied (in: from clients, out: to clients)",
+            ["target", "direction"],
+            namespace=ns,
+            registry=r,
+        )
+        self.target_phase = Gauge(
+            "target_phase",
+            "1 for the phase a target is in, 0 for the others",
+            ["target", "phase"],
+            namespace=ns,
+            registry=r,
+        )
+        self.cold_starts = Counter(
+            "cold_starts", "Cold starts begun", ["target"], namespace=ns, registry=r
+        )
+        self.cold_start_seconds = Histogram(
+            "cold_start_seconds",
+            "From scale-up to ready",
+            ["target"],
+            buckets=_COLD_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        self.held_requests = Gauge(
+            "held_requests", "Requests held for a cold start", ["target"], namespace=ns, registry=r
+        )
+        self.hold_seconds = Histogram(
+            "hold_seconds",
+            "How long requests were held",
+            ["target"],
+            buckets=_COLD_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        self.hold_outcomes = Counter(
+            "hold_outcomes",
+            "How holds ended: ready, timeout, failed, shed, disconnected",
+            ["target", "outcome"],
+            namespace=ns,
+            registry=r,
+        )
+        self.idle_releases = Counter(
+            "idle_releases", "Scale-downs after idle_after", ["target"], namespace=ns, registry=r
+        )
+        self.gpu_seconds = Counter(
+            "gpu_seconds",
+            "Seconds a target spent ready, with activity (busy) or without (idle)",
+            ["target", "state"],
+            namespace=ns,
+            registry=r,
+        )

@@ -1,0 +1,102 @@
+"""What a target's lifecycle should do next: a pure function of (snapshot, now).
+
+No I/O and no awaits here; :mod:`router.lifecycle` performs the step and comes back.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from backends.base import Observation
+from router.config import Scaling
+from router.state import Phase, TargetState
+
+
+class Act(enum.Enum):
+    WAIT = "wait"
+    """Nothing to do until ``until`` or until something changes."""
+    START = "start"
+    """Ask the backend to run the workload; phase -> starting."""
+    PROBE = "probe"
+    """Ask the engine whether the workload is ready (weights resident)."""
+    FAIL = "fail"
+    """The cold start failed; phase -> failed, held requests answered, backoff."""
+    LOST = "lost"
+    """The workload died while ready or draining; phase -> cold."""
+    DRAIN = "drain"
+    """Idle long enough: close idle streams, stop the workload; phase -> draining -> cold."""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    state: TargetState
+    observation: Observation
+    scaling: Scaling
+    now: float
+    held: int = 0
+    in_flight: int = 0
+    idle_since: float | None = None
+    next_probe: float = 0.0
+    always_on: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    act: Act
+    until: float = math.inf
+    reason: str = ""
+
+
+def backoff(failures: int, scaling: Scaling) -> float:
+    """Seconds to wait after the ``failures``-th failed start in a row (doubling, capped)."""
+    return float(
+        min(scaling.failure_backoff * 2 ** max(0, failures - 1), scaling.failure_backoff_max)
+    )
+
+
+def decide(v: View) -> Step:
+    state, obs, now = v.state, v.observation, v.now
+    if v.always_on:
+        return Step(Act.WAIT)
+    phase = state.phase
+
+    if phase is Phase.COLD:
+        if v.held > 0:
+            return Step(Act.START, reason="a request is waiting")
+        return Step(Act.WAIT)
+
+    if phase is Phase.FAILED:
+        if now < state.retry_at:
+            return Step(Act.WAIT, until=state.retry_at)
+        if v.held > 0:
+            return Step(Act.START, reason="retrying after backoff")
+        return Step(Act.WAIT)
+
+    if phase is Phase.STARTING:
+        if obs.crashed or obs.failure:
+            return Step(Act.FAIL, reason=obs.failure or "the workload exited while starting")
+        deadline = state.since + v.scaling.cold_start_timeout
+        if now >= deadline:
+            limit = v.scaling.cold_start_timeout
+            return Step(Act.FAIL, reason=f"not ready after {limit:g}s")
+        if obs.endpoints and now >= v.next_probe:
+            return Step(Act.PROBE)
+        until = min(deadline, v.next_probe) if obs.endpoints else deadline
+        return Step(Act.WAIT, until=until)
+
+    if phase is Phase.READY or phase is Phase.DRAINING:
+        if obs.crashed or not obs.running:
+            return Step(Act.LOST, reason=obs.failure or "the workload stopped")
+        if phase is Phase.DRAINING:
+            return Step(Act.WAIT)  # the lifecycle is performing the drain
+        if v.idle_since is None or v.held > 0:
+            return Step(Act.WAIT)
+        release_at = v.idle_since + v.scaling.idle_after
+        if now >= release_at:
+            idle = now - v.idle_since
+            return Step(Act.DRAIN, reason=f"idle for {idle:.0f}s")
+        return Step(Act.WAIT, until=release_at)
+
+    raise AssertionError(f"unhandled phase {phase}")

@@ -1,0 +1,145 @@
+"""Running the listeners: uvloop, a header timeout against slowloris clients, and a SIGTERM
+drain (stop accepting, let in-flight requests finish up to ``drain_grace``, exit 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import signal
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from router.app import Apps, build_apps
+from router.config import Config
+
+log = logging.getLogger("warmgate")
+
+
+class _GuardedHandler(RequestHandler):
+    """A connection that must deliver a complete request head within ``header_timeout``."""
+
+    __slots__ = ("_head_timer",)
+    header_timeout = 10.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = self._loop.call_later(
+            self.header_timeout, self._head_too_slow
+        )
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is not None and (self._messages or self._task_handler is None):
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self._request_count == 0:
+            self.force_close()
+
+
+class _GuardedServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _GuardedHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    def __init__(self, app: web.Application, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._header_timeout = header_timeout
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # Same server, connections guarded: aiohttp has no timeout for a trickling request head.
+        server.__class__ = type("GuardedServer", (_GuardedServer,), {})
+        _GuardedHandler.header_timeout = self._header_timeout
+        return server
+
+
+def raise_fd_limit() -> None:
+    """Idle keep-alive connections are cheap; do not let the fd limit be what refuses them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Server:
+    """Both listeners of one warmgate process."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.apps: Apps | None = None
+        self._runners: list[web.AppRunner] = []
+        self.public_port = 0
+        self.admin_port = 0
+
+    async def start(self) -> None:
+        config = self.config
+        self.apps = build_apps(config)
+        settings = config.server
+        public = _Runner(
+            self.apps.public,
+            settings.header_timeout,
+            handler_cancellation=True,
+            shutdown_timeout=settings.drain_grace,
+            keepalive_timeout=settings.keepalive_timeout,
+            access_log=None,
+        )
+        admin = web.AppRunner(self.apps.admin, access_log=None, shutdown_timeout=2.0)
+        self._runners = [public, admin]
+        await public.setup()
+        await admin.setup()
+        site = web.TCPSite(public, config.listen.host, config.listen.port, backlog=1024)
+        await site.start()
+        admin_site = web.TCPSite(admin, config.admin_listen.host, config.admin_listen.port)
+        await admin_site.start()
+        self.public_port = _bound_port(public)
+        self.admin_port = _bound_port(admin)
+        self.apps.readiness.listening = True
+        log.info(
+            "warmgate listening on %s:%d (admin %s:%d), %d targets",
+            config.listen.host,
+            self.public_port,
+            config.admin_listen.host,
+            self.admin_port,
+            len(config.targets),
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, drain in-flight requests up to ``drain_grace``, stop the targets."""
+        if self.apps is not None:
+            self.apps.readiness.listening = False
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners = []
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple):
+            return int(address[1])
+    return 0
+
+
+async def serve(config: Config) -> None:
+    raise_fd_limit()
+    server = Server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("stopping: draining in-flight requests (up to %.0fs)", config.server.drain_grace)
+    await server.stop()
+    log.info("stopped")

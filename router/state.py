@@ -1,0 +1,71 @@
+"""A target's state: one immutable snapshot, replaced whole and broadcast.
+
+Readers (the proxy, holds, the admin page, the policy) read ``cell.current`` without locking;
+only the target's lifecycle writes, through :meth:`StateCell.replace`, which wakes every waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class Phase(enum.Enum):
+    COLD = "cold"
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    phase: Phase
+    since: float
+    """Loop time at which this phase began."""
+    endpoints: tuple[str, ...] = ()
+    """Base URLs to forward to; non-empty only when ``ready`` (or ``draining`` before the stop)."""
+    reason: str = ""
+    """Why the phase is what it is (for logs, the admin page and the waiting page)."""
+    failures: int = 0
+    """Consecutive failed cold starts; reset by a successful one."""
+    retry_at: float = 0.0
+    """In ``failed``: loop time after which a new start may be tried."""
+    stopping: bool = False
+    """In ``draining``: the stop has been issued, so a new request must wait for the next start."""
+
+    def with_phase(self, phase: Phase, now: float, **changes: object) -> TargetState:
+        return dataclasses.replace(self, phase=phase, since=now, **changes)  # type: ignore[arg-type]
+
+
+class StateCell:
+    """Holds the current snapshot of one target; swaps it and wakes every waiter at once.
+
+    Each generation has its own event: ``replace`` sets the old one and installs a fresh one, so
+    a waiter never misses a change and nobody holds a lock (a broadcast, not a queue).
+    """
+
+    def __init__(self, initial: TargetState) -> None:
+        self.current = initial
+        self._changed = asyncio.Event()
+        self._listeners: list[Callable[[TargetState, TargetState], None]] = []
+
+    def subscribe(self, listener: Callable[[TargetState, TargetState], None]) -> None:
+        """``listener(old, new)`` runs synchronously on every replacement."""
+        self._listeners.append(listener)
+
+    def replace(self, new: TargetState) -> None:
+        old, self.current = self.current, new
+        changed, self._changed = self._changed, asyncio.Event()
+        for listener in self._listeners:
+            listener(old, new)
+        changed.set()
+
+    async def wait_for(self, predicate: Callable[[TargetState], bool]) -> TargetState:
+        """Wait until ``predicate(current)`` holds; returns that snapshot. No polling."""
+        while not predicate(self.current):
+            await self._changed.wait()
+        return self.current

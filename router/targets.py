@@ -1,0 +1,121 @@
+"""One target at run time: its config, backend, engine, state cell, activity and metrics.
+
+The proxy asks a :class:`TargetRuntime` for a ready endpoint (holding if needed) and reports
+activity to it; the target's lifecycle owns every phase change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from backends.base import Backend, Engine, RequestFacts
+from router.activity import Activity
+from router.config import Target
+from router.errors import TargetAsleep
+from router.hold import HoldResult, admission_error, wait_ready
+from router.metrics import Metrics
+from router.state import Phase, StateCell, TargetState
+
+
+def _servable(state: TargetState) -> bool:
+    """Ready, or draining with the stop not yet issued (a new request cancels that drain)."""
+    return state.phase is Phase.READY or (
+        state.phase is Phase.DRAINING and not state.stopping and bool(state.endpoints)
+    )
+
+
+class TargetRuntime:
+    def __init__(
+        self,
+        name: str,
+        spec: Target,
+        backend: Backend,
+        engine: Engine,
+        metrics: Metrics,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.backend = backend
+        self.engine = engine
+        self.loop = loop
+        now = loop.time()
+        observed = backend.observe()
+        initial = (
+            TargetState(Phase.READY, now, endpoints=observed.endpoints, reason="always on")
+            if backend.always_on
+            else TargetState(Phase.COLD, now, reason="not started")
+        )
+        self.cell = StateCell(initial)
+        self.activity = Activity(now)
+        self.wake = asyncio.Event()
+        """Set to make the lifecycle look again now (a request was held, activity changed)."""
+        self._next_endpoint = 0
+        self.m_in_flight = metrics.in_flight.labels(name)
+        self.m_held = metrics.held_requests.labels(name)
+        self.m_hold_seconds = metrics.hold_seconds.labels(name)
+        self.m_ws_open = metrics.websockets_open.labels(name)
+        self.m_bytes_in = metrics.bytes.labels(name, "in")
+        self.m_bytes_out = metrics.bytes.labels(name, "out")
+        self.m_request_duration = metrics.request_duration.labels(name)
+        self.metrics = metrics
+
+    @property
+    def state(self) -> TargetState:
+        return self.cell.current
+
+    def pick_endpoint(self, state: TargetState) -> str:
+        endpoints = state.endpoints
+        if len(endpoints) == 1:
+            return endpoints[0]
+        self._next_endpoint = (self._next_endpoint + 1) % len(endpoints)
+        return endpoints[self._next_endpoint]
+
+    def servable_now(self) -> TargetState | None:
+        state = self.cell.current
+        return state if _servable(state) else None
+
+    def may_wake(self, facts: RequestFacts) -> bool:
+        return self.engine.wakes(facts)
+
+    async def acquire(self, facts: RequestFacts) -> HoldResult:
+        """A state with endpoints to forward to; holds through a cold start when needed.
+
+        The caller must count the request in flight before its next ``await`` (so the lifecycle
+        never sees a moment where a released hold is neither held nor in flight)."""
+        state = self.cell.current
+        if _servable(state):
+            return HoldResult(state, 0.0, cold=False)
+        now = self.loop.time()
+        if state.phase in (Phase.COLD, Phase.FAILED) and not self.engine.wakes(facts):
+            raise TargetAsleep(
+                f"target {self.name!r} is scaled to zero; this request does not wake it",
+                target=self.name,
+                retry_after=10.0,
+            )
+        error = admission_error(
+            state, self.activity.held, self.spec.scaling.max_held, self.name, now
+        )
+        if error is not None:
+            self.metrics.hold_outcomes.labels(
+                self.name, "shed" if error.code == "overloaded" else "failed"
+            ).inc()
+            raise error
+        self.activity.held += 1
+        self.m_held.inc()
+        self.wake.set()
+        outcome = "disconnected"
+        try:
+            result = await wait_ready(
+                self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop
+            )
+            outcome = "ready"
+            return result
+        except Exception as exc:
+            outcome = "timeout" if getattr(exc, "status", 0) == 504 else "failed"
+            raise
+        finally:
+            self.activity.held -= 1
+            self.m_held.dec()
+            self.m_hold_seconds.observe(self.loop.time() - now)
+            self.metrics.hold_outcomes.labels(self.name, outcome).inc()

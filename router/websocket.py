@@ -1,0 +1,133 @@
+"""Proxying one websocket: frames byte-exact both ways, close codes and reasons propagated,
+pings answered on each side, no idle timeout (a render UI tab may say nothing for hours)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+from aiohttp import WSMsgType, web
+from multidict import CIMultiDict
+from yarl import URL
+
+from router.errors import UpstreamError
+from router.proxy import COLD_START_HEADER, _translate
+from router.targets import TargetRuntime
+
+_GOING_AWAY = 1001
+
+
+def is_websocket_upgrade(request: web.BaseRequest) -> bool:
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return False
+    connection = request.headers.get("Connection", "").lower()
+    return "upgrade" in (token.strip() for token in connection.split(","))
+
+
+async def _pump(
+    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    runtime: TargetRuntime,
+    counts: bool,
+) -> None:
+    activity = runtime.activity
+    while True:
+        msg = await source.receive()
+        if msg.type is WSMsgType.TEXT:
+            await sink.send_str(msg.data)
+        elif msg.type is WSMsgType.BINARY:
+            await sink.send_bytes(msg.data)
+        elif msg.type is WSMsgType.CLOSE:
+            code = msg.data if isinstance(msg.data, int) else 1000
+            reason = (msg.extra or "").encode()[:123]
+            await sink.close(code=code, message=reason)
+            await source.close(code=code, message=reason)
+            return
+        else:  # CLOSING, CLOSED, ERROR: the other side is gone without a close frame
+            if not sink.closed:
+                await sink.close(code=_GOING_AWAY if msg.type is not WSMsgType.ERROR else 1011)
+            return
+        if counts:
+            activity.last_frame = runtime.loop.time()
+
+
+async def forward_websocket(
+    request: web.Request,
+    runtime: TargetRuntime,
+    session: aiohttp.ClientSession,
+    url: URL,
+    headers: CIMultiDict[str],
+    cold_wait: float | None,
+) -> web.StreamResponse:
+    protocols = [
+        p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
+    ]
+    try:
+        async with asyncio.timeout(runtime.spec.timeouts.response_headers):
+            upstream = await session.ws_connect(
+                url,
+                headers=headers,
+                protocols=protocols,
+                autoclose=False,
+                autoping=True,
+                heartbeat=None,
+                max_msg_size=0,
+                compress=0,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0),
+            )
+    except aiohttp.WSServerHandshakeError as exc:
+        # The engine refused the upgrade (ComfyUI: 403 on an Origin mismatch): say the same.
+        return web.Response(status=exc.status, text=exc.message or "websocket upgrade refused")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _translate(exc, runtime, "to the websocket upgrade") from exc
+
+    downstream = web.WebSocketResponse(
+        protocols=(upstream.protocol,) if upstream.protocol else (),
+        autoclose=False,
+        autoping=True,
+        heartbeat=None,
+        max_msg_size=0,
+        compress=False,
+    )
+    if cold_wait is not None:
+        downstream.headers[COLD_START_HEADER] = f"{cold_wait:.3f}"
+    try:
+        await downstream.prepare(request)
+    except (ConnectionResetError, aiohttp.ClientError) as exc:
+        await upstream.close()
+        raise UpstreamError("client left during the upgrade", target=runtime.name) from exc
+
+    key = object()
+
+    async def close(code: int, reason: str) -> None:
+        await downstream.close(code=code, message=reason.encode())
+        await upstream.close(code=code, message=reason.encode())
+
+    counts = runtime.engine.stream_is_activity(request.path)
+    runtime.activity.streams[key] = close
+    runtime.m_ws_open.inc()
+    tasks = [
+        asyncio.ensure_future(_pump(downstream, upstream, runtime, counts)),
+        asyncio.ensure_future(_pump(upstream, downstream, runtime, counts)),
+    ]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for task in done:
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
+                task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        runtime.activity.streams.pop(key, None)
+        runtime.m_ws_open.dec()
+        if not upstream.closed:
+            await upstream.close(code=_GOING_AWAY)
+        if not downstream.closed:
+            await downstream.close(code=_GOING_AWAY)
+    return downstream

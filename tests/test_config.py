@@ -1,0 +1,182 @@
+"""The config contract: good files load into frozen objects; bad ones name file, key, expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.cli import main
+from router.config import load_config, parse_config
+from router.errors import ConfigError
+
+GOOD = """
+listen: 127.0.0.1:8080
+admin_listen: 127.0.0.1:9090
+targets:
+  comfyui:
+    engine: http
+    routes:
+      - hosts: [render.example.internal, "*.render.example.internal"]
+        path_prefix: /
+        strip_prefix: false
+        headers: {X-Team: render}
+    backend:
+      kind: static
+      url: http://127.0.0.1:8188
+    timeouts: {connect: 5s, response_headers: 300s}
+    limits: {max_body: 100MiB}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "warmgate.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, GOOD))
+    target = config.targets["comfyui"]
+    assert config.listen.host == "127.0.0.1" and config.listen.port == 8080
+    assert target.timeouts.connect == 5.0 and target.timeouts.response_headers == 300.0
+    assert target.limits.max_body == 100 * 2**20
+    assert target.routes[0].hosts == ("render.example.internal", "*.render.example.internal")
+    assert target.backend.kind == "static"
+    with pytest.raises(Exception, match="frozen"):
+        target.timeouts.connect = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        ("listen: 127.0.0.1\ntargets: {}", "listen", "expected host:port"),
+        ("listen: 127.0.0.1:99999\ntargets: {a: {}}", "listen", "out of range"),
+        ("targets: {}", "targets", "at least one target"),
+        ("targets:\n  Bad Name!: {}", "targets", "lowercase"),
+        ("targets:\n  a:\n    routes: [{}]\n", "targets.a.backend", "is required"),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: ftp}",
+            "targets.a.backend",
+            "kind must be one of static, process",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: ftp://x}",
+            "targets.a.backend.url",
+            "http:// or https:// URL",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{path_prefix: comfy}]\n"
+            "    backend: {kind: static, url: http://x}",
+            "targets.a.routes[0].path_prefix",
+            "must start with '/'",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
+            "    timeouts: {connect: soon}",
+            "targets.a.timeouts.connect",
+            "expected a duration",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
+            "    limits: {max_body: 10 parsecs}",
+            "targets.a.limits.max_body",
+            "expected a size",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
+            "    timeout: {connect: 1s}",
+            "targets.a.timeout",
+            "not a known key",
+        ),
+        (
+            "targets:\n  a:\n    routes: []\n    backend: {kind: static, url: http://x}",
+            "targets.a.routes",
+            "at least one route",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{hosts: []}]\n    backend: {kind: static, url: http://x}",
+            "targets.a.routes[0].hosts",
+            "at least one host",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: process, command: []}",
+            "targets.a.backend.command",
+            "non-empty list",
+        ),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
+            "  b:\n    routes: [{}]\n    backend: {kind: static, url: http://y}",
+            "(top level)",
+            "same route",
+        ),
+        (
+            "listen: 127.0.0.1:80\nadmin_listen: 127.0.0.1:80\ntargets:\n  a:\n"
+            "    routes: [{}]\n    backend: {kind: static, url: http://x}",
+            "(top level)",
+            "must differ",
+        ),
+        ("targets: [a, b]", "targets", "valid dictionary"),
+        ("- just\n- a list", "(top level)", "expected a mapping"),
+        ("targets:\n  a: {routes: [}", "line 2", "not valid YAML"),
+        (
+            "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
+            "    scaling: {max_held: 0}",
+            "targets.a.scaling.max_held",
+            "greater than or equal to 1",
+        ),
+    ],
+)
+def test_bad_configs_name_file_key_and_expectation(
+    tmp_path: Path, text: str, key: str, expected: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert f": {key}" in message, message
+    assert expected in message, message
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: \(file\): cannot be read"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_units() -> None:
+    config = parse_config(
+        {
+            "targets": {
+                "a": {
+                    "routes": [{}],
+                    "backend": {"kind": "static", "url": "http://x"},
+                    "timeouts": {"connect": "200ms", "response_headers": "1h"},
+                    "limits": {"max_body": "1.5GiB"},
+                    "scaling": {"idle_after": "1800s", "cold_start_timeout": 90},
+                }
+            }
+        }
+    )
+    target = config.targets["a"]
+    assert target.timeouts.connect == pytest.approx(0.2)
+    assert target.timeouts.response_headers == 3600
+    assert target.limits.max_body == int(1.5 * 2**30)
+    assert target.scaling.idle_after == 1800 and target.scaling.cold_start_timeout == 90
+
+
+def test_check_command_prints_the_routing_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "--config", str(write(tmp_path, GOOD))]) == 0
+    out = capsys.readouterr().out
+    assert "ok, 1 targets" in out
+    assert "render.example.internal, *.render.example.internal" in out
+    assert "x-team=render" in out and "comfyui" in out and "static" in out
+
+
+def test_check_command_fails_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "--config", str(write(tmp_path, "targets: {}"))]) == 2
+    assert "targets: at least one target" in capsys.readouterr().err
