@@ -3,6 +3,7 @@ forward, account. Errors from any step become one reply (router.replies)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 
@@ -51,11 +52,12 @@ class Dispatcher:
         self.trust_forwarded = trust_forwarded
         self.access_log = access_log
         self.waiting_page: WaitingPageHook | None = None
+        self.loop = asyncio.get_running_loop()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         raw = request.raw_path
         runtime: TargetRuntime | None = None
-        started = request.loop.time()
+        started = self.loop.time()
         try:
             if not raw.startswith("/"):
                 raise BadRequest("the request target must be an absolute path")
@@ -70,7 +72,7 @@ class Dispatcher:
         target = runtime.name if runtime is not None else "-"
         self.metrics.requests.labels(target, request.method, str(response.status)).inc()
         if runtime is not None:
-            runtime.m_request_duration.observe(request.loop.time() - started)
+            runtime.m_request_duration.observe(self.loop.time() - started)
         if self.access_log:
             log.info(
                 '%s "%s %s" %s target=%s %.3fs',
@@ -79,7 +81,7 @@ class Dispatcher:
                 raw,
                 response.status,
                 target,
-                request.loop.time() - started,
+                self.loop.time() - started,
             )
         return response
 
