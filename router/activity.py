@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 class Activity:
     __slots__ = (
         "busy_until",
+        "wanted_until",
         "held",
         "in_flight",
         "last_frame",
@@ -30,6 +31,9 @@ class Activity:
         """Loop time any websocket or SSE stream last carried a frame that counts."""
         self.busy_until = float("-inf")
         """The engine reported itself busy until at least this loop time."""
+        self.wanted_until = float("-inf")
+        """Someone asked for the target to start without holding a request (a browser on the
+        waiting page, a request sent to the cloud with ``warm_on_cloud``) until this loop time."""
         self.streams: dict[object, Callable[[int, str], Awaitable[None]]] = {}
         """Open long-lived streams: key -> ``close(code, reason)``; closed at release."""
 

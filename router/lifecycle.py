@@ -99,6 +99,7 @@ class Lifecycle:
             scaling=rt.spec.scaling,
             now=self.now,
             held=rt.activity.held,
+            wanted=self.now < rt.activity.wanted_until,
             in_flight=rt.activity.in_flight,
             idle_since=rt.activity.idle_since(rt.spec.scaling.stream_activity_window),
             next_probe=self._next_probe,
@@ -148,6 +149,8 @@ class Lifecycle:
             if ready and rt.state.phase is Phase.STARTING:
                 began = rt.state.since
                 rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)
+                rt.cold_start_history.append(self.now - began)
+                rt.activity.wanted_until = float("-inf")
                 rt.activity.last_request = self.now  # a fresh start gets a full idle window
                 self._accounted_at = self.now
                 self._publish(

@@ -36,6 +36,8 @@ class View:
     scaling: Scaling
     now: float
     held: int = 0
+    wanted: bool = False
+    """Someone asked for a start without holding a request (waiting page, warm_on_cloud)."""
     in_flight: int = 0
     idle_since: float | None = None
     next_probe: float = 0.0
@@ -65,12 +67,14 @@ def decide(v: View) -> Step:
     if phase is Phase.COLD:
         if v.held > 0:
             return Step(Act.START, reason="a request is waiting")
+        if v.wanted:
+            return Step(Act.START, reason="asked to warm up")
         return Step(Act.WAIT)
 
     if phase is Phase.FAILED:
         if now < state.retry_at:
             return Step(Act.WAIT, until=state.retry_at)
-        if v.held > 0:
+        if v.held > 0 or v.wanted:
             return Step(Act.START, reason="retrying after backoff")
         return Step(Act.WAIT)
 

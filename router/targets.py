@@ -7,6 +7,8 @@ activity to it; the target's lifecycle owns every phase change.
 from __future__ import annotations
 
 import asyncio
+import statistics
+from collections import deque
 
 from backends.base import Backend, Engine, RequestFacts
 from router.activity import Activity
@@ -51,6 +53,8 @@ class TargetRuntime:
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
         self._next_endpoint = 0
+        self.cold_start_history: deque[float] = deque(maxlen=20)
+        """Seconds from scale-up to ready of the recent cold starts, newest last."""
         self.m_in_flight = metrics.in_flight.labels(name)
         self.m_held = metrics.held_requests.labels(name)
         self.m_hold_seconds = metrics.hold_seconds.labels(name)
@@ -74,6 +78,22 @@ class TargetRuntime:
     def servable_now(self) -> TargetState | None:
         state = self.cell.current
         return state if _servable(state) else None
+
+    def request_start(self) -> None:
+        """Start the target if it is cold, without holding a request for it."""
+        until = self.loop.time() + self.spec.scaling.cold_start_timeout
+        self.activity.wanted_until = max(self.activity.wanted_until, until)
+        self.wake.set()
+
+    def predicted_cold_start(self, default: float = 30.0) -> float:
+        """Expected seconds from scale-up to ready, learned from this target's cold starts:
+        the median of the recent ones, nudged up by their spread (never less than the last)."""
+        history = list(self.cold_start_history)
+        if not history:
+            return default
+        if len(history) == 1:
+            return history[0]
+        return max(history[-1], statistics.median(history) + statistics.pstdev(history))
 
     def may_wake(self, facts: RequestFacts) -> bool:
         return self.engine.wakes(facts)
