@@ -1,0 +1,1 @@
+"""warmgate load tests and the `make bench` harness (see loadtests/bench.py)."""
