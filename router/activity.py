@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 class Activity:
     __slots__ = (
         "busy_until",
-        "wanted_until",
         "held",
         "in_flight",
         "last_frame",
         "last_request",
         "streams",
+        "wanted_until",
     )
 
     def __init__(self, now: float) -> None:

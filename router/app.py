@@ -19,7 +19,13 @@ from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.lifecycle import Lifecycle
 from router.match import RouteTable
 from router.metrics import Metrics
+from router.openai_api import build_openai_api
 from router.targets import TargetRuntime
+from router.waiting import PREFIX, WaitingPages
+
+
+async def _reserved(request: web.Request) -> web.Response:
+    raise web.HTTPNotFound(text="/.warmgate/ is reserved for warmgate and never forwarded")
 
 
 @dataclass
@@ -53,7 +59,7 @@ def build_apps(config: Config) -> Apps:
     runtimes: dict[str, TargetRuntime] = {}
     for name, target in config.targets.items():
         backend = make_backend(name, target.backend, config.base_dir)
-        engine = make_engine(target.engine, target.readiness, target.scaling.wake_on)
+        engine = make_engine(target.engine_spec(config.base_dir))
         runtimes[name] = TargetRuntime(name, target, backend, engine, metrics, loop)
     readiness = Readiness(runtimes=runtimes)
     sessions: dict[str, aiohttp.ClientSession] = {}
@@ -85,6 +91,14 @@ def build_apps(config: Config) -> Apps:
     public[METRICS] = metrics
     public[RUNTIMES] = runtimes
     public.cleanup_ctx.append(run_targets)
+    waiting = WaitingPages(runtimes)
+    dispatcher.waiting_page = waiting
+    public.router.add_get(PREFIX + "{kind}/{target}", waiting.handle)
+    public.router.add_route("*", PREFIX + "{tail:.*}", _reserved)
+    if config.models:  # the OpenAI-compatible API; without models, /v1 is proxied like any path
+        api = build_openai_api(config, runtimes, sessions, metrics)
+        api.add_routes(public)
+        public.cleanup_ctx.append(api.lifespan)
     public.router.add_route("*", "/{tail:.*}", dispatcher.handle)
 
     admin = build_admin_app()

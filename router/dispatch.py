@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -143,10 +143,5 @@ class Dispatcher:
             runtime.m_in_flight.dec()
 
 
-class WaitingPageHook:
-    """Signature of the waiting-page hook: a response for a browser, or ``None`` to hold."""
-
-    def __call__(
-        self, request: web.Request, runtime: TargetRuntime, facts: RequestFacts
-    ) -> web.StreamResponse | None:
-        raise NotImplementedError
+WaitingPageHook = Callable[[web.Request, TargetRuntime, RequestFacts], web.StreamResponse | None]
+"""A response for a browser loading a page from a cold target, or ``None`` to hold."""

@@ -21,19 +21,21 @@ class HoldResult:
     cold: bool
 
 
-def _settled(state: TargetState) -> bool:
-    return state.phase is Phase.READY or state.phase is Phase.FAILED
-
-
 async def wait_ready(
     cell: StateCell, target: str, limit: float, loop: asyncio.AbstractEventLoop
 ) -> HoldResult:
     """Wait until the target is ready. Raises :class:`HoldTimeout` past ``limit`` seconds and
     :class:`TargetFailed` when its cold start fails."""
     started = loop.time()
+    before = cell.current
+
+    def settled(state: TargetState) -> bool:
+        # A failure that was already there when the wait began belongs to the previous try.
+        return state.phase is Phase.READY or (state.phase is Phase.FAILED and state is not before)
+
     try:
         async with asyncio.timeout(limit):
-            state = await cell.wait_for(_settled)
+            state = await cell.wait_for(settled)
     except TimeoutError:
         raise HoldTimeout(
             f"target {target!r} did not become ready within {limit:g}s", target=target

@@ -68,12 +68,19 @@ async def forward_http(
     url: URL,
     headers: CIMultiDict[str],
     cold_wait: float | None,
+    body: bytes | None = None,
 ) -> web.StreamResponse:
-    """Send ``request`` to ``url`` and stream the answer back. The caller counts it in flight."""
+    """Send ``request`` to ``url`` and stream the answer back. The caller counts it in flight.
+
+    ``body``: a request body already read (the OpenAI API reads JSON to place it); the request's
+    own body is then not touched, and ``headers`` must not carry a Content-Length."""
     spec = runtime.spec
     limited: _LimitedBody | None = None
     data: object = None
-    if request.body_exists:
+    if body is not None:
+        data = body
+        runtime.m_bytes_in.inc(len(body))
+    elif request.body_exists:
         if request.content_length is not None:
             data = request.content
             runtime.m_bytes_in.inc(request.content_length)
@@ -124,12 +131,15 @@ async def _respond(
     stream = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
     stream_key: object | None = None
     activity = runtime.activity
+    # The engine says how an event stream counts: for its whole life (``open``: it stays in
+    # flight, e.g. a running Gradio job), while it carries events (``frames``), or never.
+    mode = runtime.engine.stream_activity(upstream.url.path) if stream else "open"
+    counts = mode == "frames"
     if stream:
-        # A long-lived event stream is activity only while it carries events, not while it is open.
         stream_key = object()
-        activity.end(runtime.loop.time())
-        runtime.m_in_flight.dec()
-        counts = runtime.engine.stream_is_activity(request.path)
+        if mode != "open":
+            activity.end(runtime.loop.time())
+            runtime.m_in_flight.dec()
 
         async def close(code: int, reason: str) -> None:
             upstream.close()
@@ -141,7 +151,7 @@ async def _respond(
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)
             sent += len(chunk)
-            if stream and counts:
+            if counts:
                 activity.last_frame = runtime.loop.time()
     except (aiohttp.ClientError, TimeoutError) as exc:
         # Headers are gone already: the only honest signal left is to cut the connection.
@@ -155,7 +165,8 @@ async def _respond(
         runtime.m_bytes_out.inc(sent)
         if stream_key is not None:
             activity.streams.pop(stream_key, None)
-            activity.begin(runtime.loop.time())  # balanced by the caller's end()
-            runtime.m_in_flight.inc()
+            if mode != "open":
+                activity.begin(runtime.loop.time())  # balanced by the caller's end()
+                runtime.m_in_flight.inc()
     await response.write_eof()
     return response

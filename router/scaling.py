@@ -51,6 +51,11 @@ class Step:
     reason: str = ""
 
 
+SLACK = 0.001
+"""Seconds: a deadline this close counts as reached (clocks are not infinitely fine, and a
+timer that fires a hair early must not make the lifecycle spin)."""
+
+
 def backoff(failures: int, scaling: Scaling) -> float:
     """Seconds to wait after the ``failures``-th failed start in a row (doubling, capped)."""
     return float(
@@ -59,7 +64,7 @@ def backoff(failures: int, scaling: Scaling) -> float:
 
 
 def decide(v: View) -> Step:
-    state, obs, now = v.state, v.observation, v.now
+    state, obs, now = v.state, v.observation, v.now + SLACK
     if v.always_on:
         return Step(Act.WAIT)
     phase = state.phase

@@ -104,7 +104,10 @@ async def forward_websocket(
         await downstream.close(code=code, message=reason.encode())
         await upstream.close(code=code, message=reason.encode())
 
-    counts = runtime.engine.stream_is_activity(request.path)
+    mode = runtime.engine.stream_activity(url.path)
+    counts = mode == "frames"
+    if mode == "open":  # activity for its whole life, like a request in flight
+        runtime.activity.begin(runtime.loop.time())
     runtime.activity.streams[key] = close
     runtime.m_ws_open.inc()
     tasks = [
@@ -125,6 +128,8 @@ async def forward_websocket(
         for task in tasks:
             task.cancel()
         runtime.activity.streams.pop(key, None)
+        if mode == "open":
+            runtime.activity.end(runtime.loop.time())
         runtime.m_ws_open.dec()
         if not upstream.closed:
             await upstream.close(code=_GOING_AWAY)

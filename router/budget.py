@@ -1,0 +1,88 @@
+"""The daily cloud budget: reserve at admission, settle from the actual usage.
+
+A request sent to the cloud first reserves its estimated cost (an upper bound: see
+:mod:`router.costs`); reservations count against the day at once, so concurrent requests cannot
+overspend it together. When the answer is done, the reservation is replaced by the actual cost
+(or released when the call failed). The day rolls over at midnight UTC: the spend restarts at
+zero, outstanding reservations carry over. The wall clock is injectable for tests.
+
+One event loop, no awaits inside: no locks needed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_EPSILON = 1e-9
+"""Float slack: a reservation of exactly what is left fits."""
+
+
+@dataclass(slots=True)
+class Reservation:
+    amount: float
+    cloud: str
+    settled: bool = False
+
+
+def utc_day(timestamp: float) -> datetime.date:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).date()
+
+
+class Budget:
+    def __init__(
+        self,
+        limit_usd: float,
+        clock: Callable[[], float] = time.time,
+        on_spend: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.limit = limit_usd
+        self.clock = clock
+        self.on_spend = on_spend
+        """Called with (cloud, USD) for every settled cost (the spend metric)."""
+        self.day = utc_day(clock())
+        self.spent = 0.0
+        """USD settled today (UTC)."""
+        self.reserved = 0.0
+        """USD held by requests still running."""
+        self.outstanding = 0
+
+    def _roll(self) -> None:
+        today = utc_day(self.clock())
+        if today != self.day:
+            self.day, self.spent = today, 0.0
+
+    def left(self) -> float:
+        """USD still allowed today, outstanding reservations deducted (never below zero)."""
+        self._roll()
+        return max(0.0, self.limit - self.spent - self.reserved)
+
+    def reserve(self, amount: float, cloud: str) -> Reservation | None:
+        """Hold ``amount`` USD for one request, or ``None`` when the day cannot afford it."""
+        amount = max(0.0, amount)
+        if amount > self.left() + _EPSILON:
+            return None
+        self.reserved += amount
+        self.outstanding += 1
+        return Reservation(amount, cloud)
+
+    def settle(self, reservation: Reservation, actual: float) -> None:
+        """Replace the reservation by what the request actually cost; idempotent."""
+        if reservation.settled:
+            return
+        reservation.settled = True
+        self.reserved = max(0.0, self.reserved - reservation.amount)
+        self.outstanding -= 1
+        if self.outstanding == 0:
+            self.reserved = 0.0  # no float dust left behind
+        self._roll()
+        actual = max(0.0, actual)
+        self.spent += actual
+        if actual and self.on_spend is not None:
+            self.on_spend(reservation.cloud, actual)
+
+    def release(self, reservation: Reservation) -> None:
+        """The call failed before costing anything."""
+        self.settle(reservation, 0.0)

@@ -1,0 +1,62 @@
+"""What a cloud request may cost (reserved before it is sent) and what it did cost (settled
+from the usage the cloud reports). Pure functions over the request and response JSON.
+
+The estimate is an upper bound where one is known: input tokens are bounded by the request's
+size in bytes (a token is at least one byte), output tokens by ``max_tokens`` /
+``max_completion_tokens``, or ``policy.assumed_output_tokens`` when the client gave no limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from router.config import Cost
+
+_MTOK = 1_000_000
+
+
+def _input_bytes(value: object) -> int:
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, int):
+        return 1  # a token id
+    return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+def _output_limit(body: Mapping[str, Any], assumed: int) -> int:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return assumed
+
+
+def _choices(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def estimate(kind: str, body: Mapping[str, Any], cost: Cost, assumed_output: int) -> float:
+    """USD to reserve for this request at ``cost``."""
+    if kind == "images":
+        return cost.per_image * _choices(body)
+    if kind == "embeddings":
+        return cost.input_per_mtok * _input_bytes(body.get("input", "")) / _MTOK
+    prompt = sum(_input_bytes(body[key]) for key in ("messages", "tools") if body.get(key))
+    output = _output_limit(body, assumed_output) * _choices(body)
+    return (cost.input_per_mtok * prompt + cost.output_per_mtok * output) / _MTOK
+
+
+def actual(kind: str, usage: Mapping[str, Any] | None, images: int, cost: Cost) -> float | None:
+    """USD from the cloud's ``usage`` (or the number of images); ``None`` when unknown."""
+    if kind == "images":
+        return cost.per_image * images
+    if not isinstance(usage, Mapping):
+        return None
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    if not isinstance(prompt, int | float) or not isinstance(completion, int | float):
+        return None
+    return (cost.input_per_mtok * prompt + cost.output_per_mtok * completion) / _MTOK

@@ -1,0 +1,54 @@
+"""One request on the OpenAI-compatible API, as the placing code passes it around."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from router.config import ModelSpec
+from router.credentials import Client
+from router.policy import Ask
+
+REQUEST_ID: Final = web.RequestKey("warmgate_request_id", str)
+"""Set on every API request; answered as ``x-request-id``."""
+DECISION: Final = web.RequestKey("warmgate_decision", str)
+"""The last decision's header value; answered as ``X-Warmgate-Decision``."""
+
+DECISION_HEADER: Final = "X-Warmgate-Decision"
+MAX_WAIT_HEADER: Final = "X-Warmgate-Max-Wait"
+PATHS: Final = {
+    "chat": "/chat/completions",
+    "embeddings": "/embeddings",
+    "images": "/images/generations",
+}
+"""Endpoint of each model kind, below ``/v1`` (and below a local placement's ``base_path``)."""
+
+
+@dataclass(slots=True)
+class Call:
+    request: web.Request
+    request_id: str
+    client: Client
+    model: str
+    spec: ModelSpec
+    body: Mapping[str, Any]
+    """The parsed JSON body, as the client sent it."""
+    raw: bytes
+    """The body's bytes, forwarded unchanged to a local target that knows the same model name."""
+    ask: Ask
+    started: float
+    """Loop time the request arrived."""
+    private_reason: str | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+    """Extra fields for the access log line."""
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def stream(self) -> bool:
+        return self.kind == "chat" and self.body.get("stream") is True

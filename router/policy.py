@@ -1,0 +1,245 @@
+"""Where one API request runs: a pure function of (request, snapshot of its placements, budget,
+rules, now) -> :class:`Decision`. No I/O and no awaits; :mod:`router.openai_api` acts on it.
+
+The table (docs/openai.md has it for people):
+
+- a local target ready and not saturated -> ``local``;
+- local cold or starting and predicted ready within the latency budget -> ``hold``;
+- otherwise the cloud when allowed (not private, affordable, configured), warming the local
+  target with ``warm_on_cloud``;
+- the cloud not allowed: private -> ``reject`` 503 (the work never leaves the building), budget
+  exhausted or cloud missing -> ``hold`` (local if possible), else ``reject`` 429/503;
+- after a cloud failure: local when it can serve within what is left of the latency budget.
+
+Rejections never invite a retry loop: the caller answers them with ``x-should-retry: false``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from router.state import Phase
+
+
+class Action(enum.Enum):
+    LOCAL = "local"
+    """Forward to a ready local target."""
+    HOLD = "hold"
+    """Wait for a local target's cold start (it is started if cold)."""
+    CLOUD = "cloud"
+    """Send to the cloud; the estimated cost is reserved first."""
+    REJECT = "reject"
+    """Answer an error now (``status``), with the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOption:
+    """One local placement as it is right now."""
+
+    index: int
+    """Position among the model's placements."""
+    target: str
+    phase: Phase
+    since: float
+    """Loop time the phase began."""
+    servable: bool
+    """Ready (or draining with the stop not issued): a request is forwarded at once."""
+    load: int = 0
+    """API requests in progress on the target (streams included)."""
+    held: int = 0
+    max_held: int = 1000
+    cold_start: float = 30.0
+    """Predicted seconds from scale-up to ready, learned from this target's cold starts."""
+    retry_at: float = 0.0
+    """In ``failed``: loop time before which no new start is tried."""
+    wakes: bool = True
+    """Whether a request like this one may start the target."""
+
+    def ready_in(self, now: float) -> float:
+        """Predicted seconds until it can serve; ``inf`` when it cannot be started now."""
+        if self.servable:
+            return 0.0
+        if self.held >= self.max_held:
+            return math.inf
+        phase = self.phase
+        if phase is Phase.STARTING:
+            return max(0.0, self.since + self.cold_start - now)
+        if not self.wakes or (phase is Phase.FAILED and now < self.retry_at):
+            return math.inf
+        return self.cold_start  # cold, failed after its backoff, or draining with the stop issued
+
+
+@dataclass(frozen=True, slots=True)
+class CloudOption:
+    index: int
+    cloud: str
+    model: str
+    available: bool
+    """The cloud is configured (its API key was set at start)."""
+    cost: float
+    """Estimated USD for this request: what is reserved against the budget."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.cloud}/{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """The request, as far as the policy cares."""
+
+    private: bool
+    max_wait: float
+    """Seconds this request may wait for a cold local target."""
+    waited: float = 0.0
+    """Seconds already spent (a cloud attempt that failed, a hold that outran its prediction)."""
+    cloud_failed: bool = False
+    """Deciding again after the cloud failed: only local remains."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    locals: tuple[LocalOption, ...]
+    clouds: tuple[CloudOption, ...]
+    budget_left: float
+    """USD the day's budget still allows, outstanding reservations deducted."""
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    overflow_queue_depth: int = 4
+    warm_on_cloud: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    reason: str
+    """Short, stable token: a metric label and the header's ``reason=``."""
+    detail: str
+    """A sentence for people: logs and error messages."""
+    local: LocalOption | None = None
+    cloud: CloudOption | None = None
+    warm: str | None = None
+    """A target to start without holding this request (``warm_on_cloud``)."""
+    status: int = 0
+    """For ``reject``: the HTTP status."""
+
+    @property
+    def placement(self) -> str:
+        if self.local is not None:
+            return self.local.target
+        if self.cloud is not None:
+            return self.cloud.label
+        return "none"
+
+    @property
+    def header(self) -> str:
+        """The ``X-Warmgate-Decision`` value."""
+        return f"{self.placement}; reason={self.reason}"
+
+
+def _fits(cost: float, left: float) -> bool:
+    """Whether a cost fits what is left, with slack for float sums (as the budget allows)."""
+    return cost <= left + 1e-9
+
+
+def _secs(value: float) -> str:
+    return "never" if math.isinf(value) else f"{value:.0f}s"
+
+
+def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
+    now, depth = snap.now, rules.overflow_queue_depth
+    locals_ = snap.locals
+    ready = [opt for opt in locals_ if opt.servable]
+    idle = [opt for opt in ready if opt.load <= depth]
+    if idle:
+        best = min(idle, key=lambda o: o.load)
+        reason = "cloud_failed" if ask.cloud_failed else "ready"
+        return Decision(Action.LOCAL, reason, f"{best.target} is ready", local=best)
+
+    clouds = [c for c in snap.clouds if c.available]
+    cloud = clouds[0] if clouds and not ask.private and not ask.cloud_failed else None
+    affordable = cloud if cloud is not None and _fits(cloud.cost, snap.budget_left) else None
+
+    if ready:
+        busiest_ok = min(ready, key=lambda o: o.load)
+        if affordable is not None:
+            detail = f"{busiest_ok.target} has {busiest_ok.load} requests in progress (> {depth})"
+            return Decision(Action.CLOUD, "local_busy", detail, cloud=affordable)
+        why = _why_no_cloud(ask, snap, cloud, clouds)
+        return Decision(Action.LOCAL, f"busy_{why}", f"saturated, but {why}", local=busiest_ok)
+
+    waits = [(opt.ready_in(now), opt) for opt in locals_]
+    startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
+    soonest = min(startable, key=lambda pair: pair[0]) if startable else None
+    budget = max(0.0, ask.max_wait - ask.waited)
+    if soonest is not None and soonest[0] <= budget:
+        t, opt = soonest
+        reason = (
+            "cloud_failed"
+            if ask.cloud_failed
+            else ("starting" if opt.phase is Phase.STARTING else "cold_within_budget")
+        )
+        detail = f"{opt.target} predicted ready in {_secs(t)} (latency budget {_secs(budget)})"
+        return Decision(Action.HOLD, reason, detail, local=opt)
+
+    warm = None
+    if soonest is not None and soonest[1].phase is not Phase.STARTING:
+        warm = soonest[1].target
+    if affordable is not None:
+        if soonest is None:
+            reason = "local_unavailable" if locals_ else "cloud_only"
+            detail = "no local target can start now" if locals_ else "the model runs only there"
+        else:
+            reason = "local_cold"
+            detail = (
+                f"{soonest[1].target} predicted ready in {_secs(soonest[0])}, "
+                f"over the latency budget of {_secs(budget)}"
+            )
+        return Decision(
+            Action.CLOUD,
+            reason,
+            detail,
+            cloud=affordable,
+            warm=warm if rules.warm_on_cloud else None,
+        )
+
+    why = _why_no_cloud(ask, snap, cloud, clouds)
+    if soonest is None:
+        where = "no local target can start now" if locals_ else "the model has no local placement"
+        if why == "budget_exhausted":
+            detail = f"the daily cloud budget is spent, and {where}"
+            return Decision(Action.REJECT, why, detail, status=429)
+        if ask.cloud_failed:
+            return Decision(Action.REJECT, "cloud_failed", f"the cloud failed; {where}", status=502)
+        reason = "local_unavailable" if locals_ else why
+        return Decision(Action.REJECT, reason, f"{where} ({why.replace('_', ' ')})", status=503)
+    t, opt = soonest
+    late = f"{opt.target} predicted ready in {_secs(t)}, over the latency budget of {_secs(budget)}"
+    if ask.private and snap.clouds:
+        detail = f"private work never leaves the building; {late}"
+        return Decision(Action.REJECT, "private_local_late", detail, status=503, warm=opt.target)
+    if ask.cloud_failed:
+        return Decision(Action.REJECT, "cloud_failed", late, status=502, warm=opt.target)
+    reason = "local_only" if not snap.clouds else why
+    return Decision(Action.HOLD, reason, f"{late}; holding: {reason.replace('_', ' ')}", local=opt)
+
+
+def _why_no_cloud(
+    ask: Ask, snap: Snapshot, cloud: CloudOption | None, available: list[CloudOption]
+) -> str:
+    if not snap.clouds:
+        return "local_only"
+    if ask.private:
+        return "private"
+    if ask.cloud_failed:
+        return "cloud_failed"
+    if not available:
+        return "cloud_unavailable"
+    if cloud is not None and not _fits(cloud.cost, snap.budget_left):
+        return "budget_exhausted"
+    return "cloud_unavailable"

@@ -1,0 +1,70 @@
+"""The lifecycle's pure decision: a table of (snapshot, now) -> step, no I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.base import Observation
+from router.config import Scaling
+from router.scaling import Act, View, backoff, decide
+from router.state import Phase, TargetState
+
+S = Scaling(idle_after=1800, cold_start_timeout=300, failure_backoff=10, failure_backoff_max=300)
+UP = Observation(running=True, endpoints=("http://127.0.0.1:1",))
+DOWN = Observation()
+CRASHED = Observation(failure="exited with code 1", crashed=True)
+
+
+def state(phase: Phase, since: float = 0.0, **kw: object) -> TargetState:
+    return TargetState(phase, since, **kw)  # type: ignore[arg-type]
+
+
+CASES = [
+    ("cold, nobody waiting", View(state(Phase.COLD), DOWN, S, now=10), Act.WAIT),
+    ("cold, a request held", View(state(Phase.COLD), DOWN, S, now=10, held=1), Act.START),
+    ("cold, asked to warm", View(state(Phase.COLD), DOWN, S, now=10, wanted=True), Act.START),
+    ("always on never acts", View(state(Phase.READY), UP, S, now=1e9, always_on=True), Act.WAIT),
+    ("starting, not up yet", View(state(Phase.STARTING), DOWN, S, now=5), Act.WAIT),
+    ("starting, probe due", View(state(Phase.STARTING), UP, S, now=5, next_probe=5), Act.PROBE),
+    ("starting, probe later", View(state(Phase.STARTING), UP, S, now=5, next_probe=6), Act.WAIT),
+    ("starting, crashed", View(state(Phase.STARTING), CRASHED, S, now=5), Act.FAIL),
+    ("starting, too long", View(state(Phase.STARTING), UP, S, now=300, next_probe=400), Act.FAIL),
+    ("ready, in flight", View(state(Phase.READY), UP, S, now=9999, idle_since=None), Act.WAIT),
+    ("ready, idle 29m", View(state(Phase.READY), UP, S, now=1740, idle_since=0), Act.WAIT),
+    ("ready, idle 30m", View(state(Phase.READY), UP, S, now=1800, idle_since=0), Act.DRAIN),
+    (
+        "ready, idle but held",
+        View(state(Phase.READY), UP, S, now=1e4, idle_since=0, held=1),
+        Act.WAIT,
+    ),
+    ("ready, crashed", View(state(Phase.READY), CRASHED, S, now=5), Act.LOST),
+    ("ready, stopped", View(state(Phase.READY), DOWN, S, now=5), Act.LOST),
+    ("draining, performing", View(state(Phase.DRAINING), UP, S, now=5, idle_since=0), Act.WAIT),
+    (
+        "failed, backing off",
+        View(state(Phase.FAILED, retry_at=20), DOWN, S, now=10, held=1),
+        Act.WAIT,
+    ),
+    (
+        "failed, retry due",
+        View(state(Phase.FAILED, retry_at=20), DOWN, S, now=20, held=1),
+        Act.START,
+    ),
+    ("failed, nobody asks", View(state(Phase.FAILED, retry_at=20), DOWN, S, now=30), Act.WAIT),
+]
+
+
+@pytest.mark.parametrize(("name", "view", "act"), CASES, ids=[c[0] for c in CASES])
+def test_decide(name: str, view: View, act: Act) -> None:
+    assert decide(view).act is act
+
+
+def test_wait_says_until_when() -> None:
+    assert decide(View(state(Phase.READY), UP, S, now=100, idle_since=50)).until == 1850
+    assert decide(View(state(Phase.FAILED, retry_at=42), DOWN, S, now=1)).until == 42
+    step = decide(View(state(Phase.STARTING, since=0), UP, S, now=1, next_probe=1.2))
+    assert step.act is Act.WAIT and step.until == 1.2
+
+
+def test_backoff_doubles_and_caps() -> None:
+    assert [backoff(n, S) for n in (1, 2, 3, 4, 5, 6, 7)] == [10, 20, 40, 80, 160, 300, 300]
