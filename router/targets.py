@@ -107,7 +107,9 @@ class TargetRuntime:
         if _servable(state):
             return HoldResult(state, 0.0, cold=False)
         now = self.loop.time()
-        if state.phase in (Phase.COLD, Phase.FAILED) and not self.engine.wakes(facts):
+        if state.phase is not Phase.STARTING and not self.engine.wakes(facts):
+            # Only a start that someone else asked for is waited on; held requests are what
+            # make the lifecycle start a cold target, so a non-waking one may not be held.
             raise TargetAsleep(
                 f"target {self.name!r} is scaled to zero; this request does not wake it",
                 target=self.name,

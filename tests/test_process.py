@@ -1,0 +1,223 @@
+"""Scale from zero on one machine, with real child processes behind a real warmgate."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import pytest
+
+from router.state import Phase
+from tests.helpers import ROOT, Subprocess, metric_value, wait_until, warmgate
+
+SLEEPY = ["python", "-m", "tests.sleepy_engine", "--port", "{port}"]
+
+
+def process_config(
+    command: list[str] | None = None, *, load: float = 0.5, **scaling: Any
+) -> dict[str, Any]:
+    return {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "127.0.0.1:0",
+        "server": {"access_log": False},
+        "targets": {
+            "t": {
+                "routes": [{"path_prefix": "/"}],
+                "backend": {
+                    "kind": "process",
+                    "command": command or [*SLEEPY, "--load", str(load)],
+                    "cwd": str(ROOT),
+                    "stop_grace": "5s",
+                },
+                "readiness": {"path": "/readyz", "interval": "50ms"},
+                "scaling": {"idle_after": "30m", "cold_start_timeout": "60s", **scaling},
+            }
+        },
+    }
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def child_pids(pid: int) -> list[int]:
+    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
+async def test_a_thousand_requests_during_one_cold_start_are_all_answered() -> None:
+    async with warmgate(process_config(load=1.0)) as wg:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as client:
+
+            async def one(i: int) -> tuple[int, str | None]:
+                async with client.get(f"{wg.url}/item/{i}") as resp:
+                    await resp.read()
+                    return resp.status, resp.headers.get("X-Warmgate-Cold-Start")
+
+            results = await asyncio.gather(*(one(i) for i in range(1000)))
+        assert [status for status, _ in results] == [200] * 1000
+        waits = [float(w) for _, w in results if w is not None]
+        assert len(waits) == 1000, "every response says how long it waited"
+        assert min(waits) >= 0.5
+        assert await metric_value(wg.admin, "warmgate_cold_starts_total") == 1
+        assert await metric_value(wg.admin, "warmgate_hold_outcomes_total", outcome="ready") == 1000
+
+
+async def test_idle_release_stops_the_child_and_the_next_request_wakes_it() -> None:
+    async with warmgate(process_config(idle_after="1s")) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/") as resp:
+            first_pid = (await resp.text()).split()[-1]
+            assert resp.headers.get("X-Warmgate-Cold-Start")
+        runtime = wg.runtime()
+        await wait_until(lambda: runtime.state.phase is Phase.COLD, timeout=15)
+        assert not alive(int(first_pid))
+        async with client.get(wg.url + "/") as resp:
+            assert resp.status == 200
+            assert (await resp.text()).split()[-1] != first_pid
+        assert await metric_value(wg.admin, "warmgate_idle_releases_total") == 1
+        assert await metric_value(wg.admin, "warmgate_cold_start_seconds_count") == 2
+        assert await metric_value(wg.admin, "warmgate_gpu_seconds_total", state="idle") > 0
+
+
+async def test_a_crash_while_ready_fails_in_flight_requests_then_wakes_again() -> None:
+    async with warmgate(process_config()) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/") as resp:
+            assert resp.status == 200
+        slow = asyncio.ensure_future(client.get(wg.url + "/slow?s=30"))
+        await asyncio.sleep(0.3)
+        async with client.get(wg.url + "/crash") as resp:
+            assert resp.status == 502
+        response = await slow
+        assert response.status == 502
+        runtime = wg.runtime()
+        await wait_until(lambda: runtime.state.phase is Phase.COLD)
+        async with client.get(wg.url + "/") as resp:
+            assert resp.status == 200
+            assert resp.headers.get("X-Warmgate-Cold-Start")
+
+
+async def test_a_command_that_cannot_start_fails_with_503_and_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = process_config(["/nonexistent/engine", "--port", "{port}"], failure_backoff="30s")
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/", headers={"Accept": "application/json"}) as resp:
+            assert resp.status == 503
+            body = await resp.json()
+            assert resp.headers["Retry-After"]
+        assert body["error"]["code"] == "target_failed"
+        assert "nonexistent" not in body["error"]["message"]
+        assert "No such file" in caplog.text
+        assert wg.runtime().state.phase is Phase.FAILED
+
+
+async def test_a_crash_loop_goes_to_failed_with_the_stderr_tail_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    crash = [
+        "python",
+        "-c",
+        "import sys; print('CUDA out of memory', file=sys.stderr); sys.exit(3)",
+    ]
+    config = process_config(crash, failure_backoff="100ms", failure_backoff_max="200ms")
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        for _ in range(3):
+            async with client.get(wg.url + "/") as resp:
+                assert resp.status == 503
+                assert "CUDA" not in await resp.text()
+            await asyncio.sleep(0.25)
+        assert "exited with code 3" in caplog.text and "CUDA out of memory" in caplog.text
+        assert wg.runtime().state.failures >= 3
+
+
+async def test_racing_the_idle_release_loses_nothing() -> None:
+    """Requests keep arriving around the idle deadline: some cancel a drain, some land after the
+    stop and wait for the next start. Every one is answered 200."""
+    async with warmgate(process_config(idle_after="300ms", load=0.1)) as wg:
+        async with aiohttp.ClientSession() as client:
+            statuses = []
+            for i in range(40):
+                async with client.get(f"{wg.url}/r/{i}") as resp:
+                    statuses.append(resp.status)
+                await asyncio.sleep(0.1 + (i % 7) * 0.05)
+        assert statuses == [200] * 40
+        assert await metric_value(wg.admin, "warmgate_idle_releases_total") >= 2
+
+
+async def test_an_idle_tab_reconnecting_its_websocket_neither_keeps_nor_wakes_the_target() -> None:
+    async with warmgate(process_config(idle_after="2s", load=0.1)) as wg:
+        runtime = wg.runtime()
+        async with aiohttp.ClientSession() as client:
+            async with client.get(wg.url + "/page", headers={"Accept": "text/plain"}) as resp:
+                assert resp.status == 200
+            refused = closed_by_release = 0
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 6  # two idle windows and more
+            while loop.time() < end:
+                try:
+                    async with client.ws_connect(wg.url + "/ws") as ws:
+                        msg = await ws.receive(timeout=2)  # a silent tab
+                        if msg.type is aiohttp.WSMsgType.CLOSE and ws.close_code == 1001:
+                            closed_by_release += 1
+                except aiohttp.WSServerHandshakeError as exc:
+                    assert exc.status == 503
+                    refused += 1
+                    await asyncio.sleep(2)
+                except TimeoutError:
+                    pass
+        await wait_until(lambda: runtime.state.phase is Phase.COLD)
+        assert closed_by_release == 1, "the release closed the silent tab with 1001"
+        assert refused >= 1, "reconnects to the cold target were refused, not woken"
+        assert await metric_value(wg.admin, "warmgate_cold_starts_total") == 1
+
+
+async def test_waiting_page_for_browsers_api_clients_are_held() -> None:
+    async with warmgate(process_config(load=1.0)) as wg, aiohttp.ClientSession() as client:
+        page_headers = {"Accept": "text/html,application/xhtml+xml", "Sec-Fetch-Mode": "navigate"}
+        async with client.get(wg.url + "/page", headers=page_headers) as resp:
+            assert resp.status == 503
+            assert resp.headers["Cache-Control"] == "no-store"
+            assert int(resp.headers["Retry-After"]) >= 1
+            page = await resp.text()
+        assert "Starting <b>t</b>" in page and 'http-equiv="refresh"' in page
+        assert "/.warmgate/status/" in page
+        async with client.get(wg.url + "/.warmgate/status/t") as resp:
+            status = await resp.json()
+        assert status["phase"] in ("starting", "cold") and status["ready"] is False
+        async with client.get(wg.url + "/", headers={"Accept": "application/json"}) as resp:
+            assert resp.status == 200  # held, then served
+        async with client.get(wg.url + "/.warmgate/status/t") as resp:
+            assert (await resp.json())["ready"] is True
+        async with client.get(wg.url + "/page", headers=page_headers) as resp:
+            assert resp.status == 200 and "engine page" in await resp.text()
+        async with client.get(wg.url + "/.warmgate/other") as resp:
+            assert resp.status == 404
+
+
+def test_no_child_survives_warmgate(tmp_path: Path) -> None:
+    """SIGTERM stops the child cleanly; SIGKILL of warmgate kills it via the parent-death signal."""
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        wg = Subprocess(process_config(), tmp_path).start()
+        try:
+            import urllib.request
+
+            with urllib.request.urlopen(wg.url + "/", timeout=30) as resp:
+                engine_pid = int(resp.read().decode().split()[-1])
+            assert engine_pid in child_pids(wg.pid)
+            os.kill(wg.pid, how)
+            assert wg.proc is not None
+            wg.proc.wait(30)
+            deadline = psutil.time.monotonic() + 10
+            while alive(engine_pid) and psutil.time.monotonic() < deadline:
+                psutil.time.sleep(0.05)
+            assert not alive(engine_pid), f"engine survived {how.name} of warmgate"
+        finally:
+            wg.stop()
