@@ -19,8 +19,12 @@ demo: install
 	$(BIN)/warmgate check --config $(CONFIG)
 	$(BIN)/warmgate serve --config $(CONFIG)
 
-test: install
+test: install chromium
 	$(BIN)/python -m pytest -q
+
+# Debian's chromium drives the waiting-page test (playwright uses it; it downloads no browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get install -y chromium >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y chromium >/dev/null)) || echo "chromium could not be installed: its test will be skipped"
 
 check: lint typecheck imports
 

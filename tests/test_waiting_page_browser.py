@@ -1,0 +1,81 @@
+"""The waiting page in a real headless Chromium: from the cold page to the rendered demo UI."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from tests.helpers import ROOT, warmgate
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (make test installs Debian's chromium)"
+)
+
+
+def demo_config(checkpoint_mib: int) -> dict[str, object]:
+    return {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "127.0.0.1:0",
+        "server": {"access_log": False},
+        "targets": {
+            "demo": {
+                "routes": [{"path_prefix": "/"}],
+                "backend": {
+                    "kind": "process",
+                    "command": [
+                        "python",
+                        "-m",
+                        "backends.demo_engine",
+                        "--port",
+                        "{port}",
+                        "--checkpoint-size",
+                        f"{checkpoint_mib}MiB",
+                        "--render-seconds",
+                        "0.3",
+                    ],
+                    "cwd": str(ROOT),
+                },
+                "readiness": {"path": "/readyz", "interval": "100ms"},
+            }
+        },
+    }
+
+
+async def test_browser_waits_on_the_page_then_lands_on_the_demo_ui() -> None:
+    from playwright.async_api import async_playwright
+
+    async with warmgate(demo_config(32)) as wg, async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        try:
+            page = await browser.new_page()
+            response = await page.goto(wg.url + "/")
+            assert response is not None and response.status == 503
+            assert "Starting" in await page.title()
+            assert await page.locator("#state").text_content() in ("cold", "starting")
+            # The page follows the phase and reloads itself into the engine's own UI.
+            await page.wait_for_function(
+                "() => !document.title.startsWith('Starting')", timeout=60_000
+            )
+            await page.wait_for_load_state("load")
+            assert "Starting" not in await page.content()
+            # The demo UI works through warmgate: render one prompt over its websocket.
+            await page.fill("#text", "a lighthouse at dusk")
+            await page.click("#render")
+            await page.wait_for_selector("#final[src*='view']", timeout=30_000)
+            await asyncio.sleep(0)
+        finally:
+            await browser.close()
