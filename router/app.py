@@ -75,22 +75,26 @@ def build_apps(config: Config) -> Apps:
     async def run_targets(app: web.Application) -> AsyncIterator[None]:
         for name, runtime in runtimes.items():
             sessions[name] = _session(runtime)
-        lifecycles = [Lifecycle(runtime, sessions[name]) for name, runtime in runtimes.items()]
+        lifecycles = [Lifecycle(runtime) for runtime in runtimes.values()]
         for lifecycle in lifecycles:
             await lifecycle.open()
         yield
+        await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
+        await asyncio.gather(*(session.close() for session in sessions.values()))
+
+    async def close_streams(app: web.Application) -> None:
+        """Websockets and event streams would hold the drain for its whole grace period."""
         for runtime in runtimes.values():
             for close in list(runtime.activity.streams.values()):
                 with contextlib.suppress(Exception):
                     await close(1001, "warmgate is shutting down")
-        await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
-        await asyncio.gather(*(session.close() for session in sessions.values()))
 
     public = web.Application(handler_args={"max_field_size": 16384})
     public[CONFIG] = config
     public[METRICS] = metrics
     public[RUNTIMES] = runtimes
     public.cleanup_ctx.append(run_targets)
+    public.on_shutdown.append(close_streams)
     waiting = WaitingPages(runtimes)
     dispatcher.waiting_page = waiting
     public.router.add_get(PREFIX + "{kind}/{target}", waiting.handle)

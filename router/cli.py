@@ -10,7 +10,7 @@ import sys
 
 from router import __version__
 from router.config import Config, load_config
-from router.errors import ConfigError
+from router.errors import ConfigError, ListenError
 from router.match import RouteTable
 
 DEFAULT_CONFIG = "deploy/local/warmgate.yaml"
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"warmgate: invalid config\n{exc}", file=sys.stderr)
         return 2
+    except ListenError as exc:
+        print(f"warmgate: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -20,6 +20,10 @@ class ConfigError(WarmgateError):
         super().__init__("\n".join(lines))
 
 
+class ListenError(WarmgateError):
+    """A listener could not be bound (address in use, permission denied)."""
+
+
 class RequestError(WarmgateError):
     """An error answered to one client. ``status`` and ``code`` go on the wire; the message is
     for people and never carries secrets or upstream internals."""

@@ -9,8 +9,6 @@ import contextlib
 import logging
 import math
 
-import aiohttp
-
 from backends.base import Observation
 from router.scaling import Act, Step, View, backoff, decide
 from router.state import Phase, TargetState
@@ -23,9 +21,8 @@ ACCOUNTING_INTERVAL = 1.0
 
 
 class Lifecycle:
-    def __init__(self, runtime: TargetRuntime, session: aiohttp.ClientSession) -> None:
+    def __init__(self, runtime: TargetRuntime) -> None:
         self.rt = runtime
-        self.session = session
         self._task: asyncio.Task[None] | None = None
         self._next_probe = 0.0
         self._accounted_at = runtime.loop.time()

@@ -14,20 +14,22 @@ from aiohttp.web_protocol import RequestHandler
 
 from router.app import Apps, build_apps
 from router.config import Config
+from router.errors import ListenError
 
 log = logging.getLogger("warmgate")
 
 
 class _GuardedHandler(RequestHandler):
-    """A connection that must deliver a complete request head within ``header_timeout``."""
+    """A connection that must deliver a complete request head within its server's
+    ``header_timeout``."""
 
     __slots__ = ("_head_timer",)
-    header_timeout = 10.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        limit = getattr(self._manager, "header_timeout", 10.0)
         self._head_timer: asyncio.TimerHandle | None = self._loop.call_later(
-            self.header_timeout, self._head_too_slow
+            limit, self._head_too_slow
         )
 
     def data_received(self, data: bytes) -> None:
@@ -49,6 +51,8 @@ class _GuardedHandler(RequestHandler):
 
 
 class _GuardedServer(web.Server):
+    header_timeout = 10.0
+
     def __call__(self) -> RequestHandler:
         return _GuardedHandler(self, loop=self._loop, **self._kwargs)
 
@@ -60,9 +64,9 @@ class _Runner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        # Same server, connections guarded: aiohttp has no timeout for a trickling request head.
-        server.__class__ = type("GuardedServer", (_GuardedServer,), {})
-        _GuardedHandler.header_timeout = self._header_timeout
+        # The same server with guarded connections: aiohttp has no limit on a trickling head.
+        server.__class__ = _GuardedServer
+        server.header_timeout = self._header_timeout  # type: ignore[attr-defined]
         return server
 
 
@@ -138,7 +142,11 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
+    try:
+        await server.start()
+    except OSError as exc:
+        await server.stop()
+        raise ListenError(f"cannot listen: {exc.strerror or exc}") from exc
     await stop.wait()
     log.info("stopping: draining in-flight requests (up to %.0fs)", config.server.drain_grace)
     await server.stop()

@@ -62,7 +62,7 @@ def make_rig(**scaling: Any) -> Rig:
     backend, engine, metrics = FakeBackend(), FakeEngine(), Metrics()
     loop = asyncio.get_running_loop()
     runtime = TargetRuntime("t", config.targets["t"], backend, engine, metrics, loop)
-    return Rig(runtime, backend, engine, Lifecycle(runtime, None), metrics)  # type: ignore[arg-type]
+    return Rig(runtime, backend, engine, Lifecycle(runtime), metrics)
 
 
 @asynccontextmanager
