@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(BIN)/warmgate check --config $(CONFIG)
+	@echo "\n  open http://127.0.0.1:8080/  (metrics: http://127.0.0.1:9090/metrics, targets: http://127.0.0.1:9090/targets)\n"
 	$(BIN)/warmgate serve --config $(CONFIG)
 
 test: install chromium
