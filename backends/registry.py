@@ -5,7 +5,7 @@ The router calls these factories and then speaks only the protocols of ``backend
 
 from __future__ import annotations
 
-from backends.base import Backend, Engine
+from backends.base import Backend, Cloud, Engine
 from backends.specs import BackendSpec, Readiness
 
 
@@ -27,3 +27,10 @@ def make_engine(kind: str, readiness: Readiness, wake_on: str) -> Engine:
 
         return HttpEngine(readiness, wake_on)
     raise ValueError(f"unknown engine {kind!r}")  # config validation prevents this
+
+
+def make_cloud(name: str, base_url: str, api_key: str, timeout: float) -> Cloud:
+    """A managed OpenAI-compatible service (``backends.cloud``, the only importer of openai)."""
+    from backends.cloud import OpenAICloud
+
+    return OpenAICloud(name, base_url, api_key, timeout)
