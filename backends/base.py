@@ -73,6 +73,12 @@ class RequestFacts:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+StreamActivity = Literal["open", "frames", "none"]
+"""How a long-lived stream counts: ``open``: activity for its whole life, like a request in
+flight (a Gradio job's event stream); ``frames``: activity only while it carries frames (the
+generic default); ``none``: never (a Gradio heartbeat, a ComfyUI tab's status socket)."""
+
+
 class Engine(Protocol):
     """The protocol a target's workload speaks."""
 
@@ -89,7 +95,12 @@ class Engine(Protocol):
         ...
 
     def stream_is_activity(self, path: str) -> bool:
-        """Whether frames on a long-lived stream at this path count as activity."""
+        """Whether frames on a long-lived stream at this path count as activity (superseded by
+        :meth:`stream_activity`, which the router asks)."""
+        ...
+
+    def stream_activity(self, path: str) -> StreamActivity:
+        """How a long-lived stream (SSE or websocket) at this upstream path counts as activity."""
         ...
 
     async def close(self) -> None: ...

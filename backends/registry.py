@@ -6,7 +6,7 @@ The router calls these factories and then speaks only the protocols of ``backend
 from __future__ import annotations
 
 from backends.base import Backend, Cloud, Engine
-from backends.specs import BackendSpec, Readiness
+from backends.specs import BackendSpec, EngineSpec
 
 
 def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
@@ -21,12 +21,24 @@ def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
     raise ValueError(f"unknown backend kind {spec.kind!r}")  # config validation prevents this
 
 
-def make_engine(kind: str, readiness: Readiness, wake_on: str) -> Engine:
-    if kind == "http":
+def make_engine(spec: EngineSpec) -> Engine:
+    if spec.kind == "http":
         from backends.engines.http import HttpEngine
 
-        return HttpEngine(readiness, wake_on)
-    raise ValueError(f"unknown engine {kind!r}")  # config validation prevents this
+        return HttpEngine(spec)
+    if spec.kind == "comfyui":
+        from backends.engines.comfyui import ComfyUIEngine
+
+        return ComfyUIEngine(spec)
+    if spec.kind == "gradio":
+        from backends.engines.gradio import GradioEngine
+
+        return GradioEngine(spec)
+    if spec.kind == "openai":
+        from backends.engines.openai_compat import OpenAIEngine
+
+        return OpenAIEngine(spec)
+    raise ValueError(f"unknown engine {spec.kind!r}")  # config validation prevents this
 
 
 def make_cloud(name: str, base_url: str, api_key: str, timeout: float) -> Cloud:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from backends.units import Duration
 
@@ -72,3 +72,40 @@ class Readiness(Frozen):
     """Between probes while starting; 200 ms keeps the wake-up latency low at negligible cost."""
     timeout: Duration = 2.0
     """One probe's limit."""
+
+
+EngineKind = Literal["http", "comfyui", "gradio", "openai"]
+ENGINE_KINDS: tuple[EngineKind, ...] = ("http", "comfyui", "gradio", "openai")
+
+
+class GradioWarmup(Frozen):
+    """One call through a Gradio app's API, made at every cold start before the target counts as
+    ready, so that an app which loads its model on the first generation (Wan2GP) has it resident
+    before the first person waits for it."""
+
+    api_name: str
+    """The endpoint's ``api_name`` (``/generate`` or ``generate``), as the app's API page shows."""
+    data: tuple[JsonValue, ...] = ()
+    """The endpoint's inputs, in order, as JSON values (what ``gradio_client`` would send)."""
+
+    @field_validator("api_name")
+    @classmethod
+    def _bare_name(cls, value: str) -> str:
+        name = value.strip().strip("/")
+        if not name or "/" in name or " " in name:
+            raise ValueError(f"expected an api_name such as /generate, got {value!r}")
+        return name
+
+
+class EngineSpec(Frozen):
+    """What one engine needs, gathered by the router from a target's config."""
+
+    kind: EngineKind = "http"
+    readiness: Readiness = Readiness()
+    """A ``readiness.path`` set explicitly replaces the engine's own probe path."""
+    wake_on: Literal["any", "navigation", "none"] = "any"
+    """``scaling.wake_on``: ``any`` means the engine's own wake rules (docs/engines.md)."""
+    warmup_workflow: str | None = None
+    """comfyui: absolute path of an API-format workflow run before the target counts as ready."""
+    warmup: GradioWarmup | None = None
+    """gradio: an API call made before the target counts as ready."""

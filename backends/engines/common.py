@@ -1,0 +1,180 @@
+"""What every engine shares: a small HTTP client for its own probes, the readiness path, the
+frame of the wake rules, and the warm-up run once per start of the workload.
+
+The router speaks to engines only through :class:`backends.base.Engine`; the engines here fill
+in the engine-specific parts (:meth:`EngineBase.request_wakes`, :meth:`EngineBase.busy`,
+:meth:`EngineBase.stream_activity`, a warm-up coroutine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ClassVar, Final
+
+import aiohttp
+
+from backends.base import RequestFacts, StreamActivity
+from backends.specs import EngineSpec
+
+log = logging.getLogger("warmgate.engine")
+
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that only read; with ``wake_on: navigation`` they never wake a cold target."""
+
+WARMUP_REQUEST_TIMEOUT: Final = 60.0
+"""Seconds for one request that submits a warm-up (not for the warm-up's run itself, which is
+bounded by the target's ``cold_start_timeout``)."""
+
+PROBE_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError, ValueError)
+"""What a probe of a starting or busy engine may raise; all mean "no (useful) answer"."""
+
+
+class WarmupFailed(RuntimeError):
+    """The engine answered, but its warm-up failed (a bad workflow, an error in the app).
+
+    Raised from :meth:`EngineBase.probe_ready`: the cold start fails with this message instead of
+    waiting for ``cold_start_timeout``."""
+
+
+class Warmup:
+    """Runs a warm-up once per start of the workload, in the background, so that a probe never
+    blocks the lifecycle. Keyed by endpoint: a restarted workload (a new endpoint, or the same
+    one after the previous warm-up was reported) is warmed up again."""
+
+    def __init__(self, name: str, run: Callable[[str], Coroutine[Any, Any, None]]) -> None:
+        self.name = name
+        self._run = run
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def done(self, base_url: str) -> bool:
+        """Start the warm-up for ``base_url`` if needed; True once it completed (reported once:
+        the next start warms up again). Raises :class:`WarmupFailed` when it failed."""
+        for url in [url for url in self._tasks if url != base_url]:
+            self._tasks.pop(url).cancel()  # an endpoint of an earlier start
+        task = self._tasks.get(base_url)
+        if task is None:
+            log.info("%s warm-up started at %s", self.name, base_url)
+            self._tasks[base_url] = asyncio.get_running_loop().create_task(
+                self._run(base_url), name=f"warmup:{self.name}"
+            )
+            return False
+        if not task.done():
+            return False
+        del self._tasks[base_url]
+        if task.cancelled():
+            return False
+        exc = task.exception()
+        if isinstance(exc, WarmupFailed):
+            raise WarmupFailed(f"{self.name} warm-up failed: {exc}") from exc
+        if exc is not None:
+            # The engine went away or stopped answering mid-warm-up: try again on the next probe
+            # (a crash is seen by the backend; a hang by cold_start_timeout).
+            log.warning("%s warm-up interrupted (%r); retrying", self.name, exc)
+            return False
+        log.info("%s warm-up completed at %s", self.name, base_url)
+        return True
+
+    async def close(self) -> None:
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class EngineBase:
+    """The generic parts of :class:`backends.base.Engine`."""
+
+    default_ready_path: ClassVar[str] = "/readyz"
+    """Probed unless ``readiness.path`` is set explicitly in the config."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        self.readiness = spec.readiness
+        self.wake_on = spec.wake_on
+        explicit = "path" in spec.readiness.model_fields_set
+        self.ready_path = spec.readiness.path if explicit else self.default_ready_path
+        self.warmup: Warmup | None = None
+        """Set by an engine with a configured warm-up."""
+        self._session: aiohttp.ClientSession | None = None
+        self._last_busy = False
+
+    # -- the engine's own HTTP client (never through the proxy: probes are not activity) ----
+
+    def client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.readiness.timeout),
+                connector=aiohttp.TCPConnector(limit=4, force_close=True),
+                trust_env=False,
+            )
+        return self._session
+
+    async def get_ok(self, base_url: str, path: str) -> bool:
+        try:
+            async with self.client().get(base_url + path, allow_redirects=False) as response:
+                await response.read()
+                return response.status == 200
+        except PROBE_ERRORS:
+            return False
+
+    async def get_json(self, base_url: str, path: str) -> Any:
+        """The JSON body of a 200 answer; ``None`` for any other answer or none at all."""
+        try:
+            async with self.client().get(base_url + path, allow_redirects=False) as response:
+                if response.status != 200:
+                    await response.read()
+                    return None
+                return await response.json(content_type=None)
+        except PROBE_ERRORS:
+            return None
+
+    # -- the Engine protocol ---------------------------------------------------------------
+
+    async def probe_ready(self, base_url: str) -> bool:
+        if not await self.get_ok(base_url, self.ready_path):
+            return False
+        return self.warmup is None or self.warmup.done(base_url)
+
+    async def busy(self, base_url: str) -> bool:
+        return False
+
+    async def busy_from(self, probe: Awaitable[bool | None]) -> bool:
+        """A busy answer where ``None`` (no answer) repeats the last one: a render in progress
+        is never given up because one poll of a loaded engine timed out."""
+        answer = await probe
+        if answer is None:
+            return self._last_busy
+        self._last_busy = answer
+        return answer
+
+    def wakes(self, facts: RequestFacts) -> bool:
+        """Websockets never wake (an idle tab reconnects forever); ``wake_on: none`` nothing;
+        page loads always; ``wake_on: navigation`` no other read; the rest: the engine's rule."""
+        if facts.is_websocket or self.wake_on == "none":
+            return False
+        if facts.is_navigation:
+            return True
+        if self.wake_on == "navigation" and facts.method in SAFE_METHODS:
+            return False
+        return self.request_wakes(facts)
+
+    def request_wakes(self, facts: RequestFacts) -> bool:
+        """The engine's own rule for a request that is neither a websocket nor a page load."""
+        return True
+
+    def stream_activity(self, path: str) -> StreamActivity:
+        return "frames"
+
+    def stream_is_activity(self, path: str) -> bool:
+        return self.stream_activity(path) != "none"
+
+    async def close(self) -> None:
+        if self.warmup is not None:
+            await self.warmup.close()
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,231 @@
+"""The pure parts of the engines: wake rules, stream activity, readiness paths, the warm-up
+runner, ComfyUI and Gradio message parsing, and the engine keys of the config file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.base import RequestFacts
+from backends.engines.comfyui import ComfyUIEngine, api_route, history_outcome, prompt_error
+from backends.engines.common import Warmup, WarmupFailed
+from backends.engines.gradio import GradioEngine, sse_events
+from backends.engines.http import HttpEngine
+from backends.engines.openai_compat import OpenAIEngine
+from backends.registry import make_engine
+from backends.specs import EngineSpec, Readiness
+from router.config import parse_config
+from router.errors import ConfigError
+
+
+def facts(method: str, path: str, *, ws: bool = False, nav: bool = False) -> RequestFacts:
+    return RequestFacts(method=method, path=path, is_websocket=ws, is_navigation=nav)
+
+
+COMFY = ComfyUIEngine(EngineSpec(kind="comfyui"))
+GRADIO = GradioEngine(EngineSpec(kind="gradio"))
+OPENAI = OpenAIEngine(EngineSpec(kind="openai"))
+
+
+@pytest.mark.parametrize(
+    ("request_facts", "wakes"),
+    [
+        (facts("GET", "/", nav=True), True),  # a page load
+        (facts("POST", "/prompt"), True),
+        (facts("POST", "/api/prompt"), True),
+        (facts("POST", "/upload/image"), True),
+        (facts("GET", "/assets/index-3f2a.js"), True),  # the page load's assets
+        (facts("GET", "/extensions/my-node/widget.js"), True),
+        (facts("GET", "/ws", ws=True), False),  # the idle tab reconnecting
+        (facts("GET", "/api/ws", ws=True), False),
+        (facts("GET", "/queue"), False),  # background polling
+        (facts("GET", "/api/history"), False),
+        (facts("GET", "/history/abc"), False),
+        (facts("GET", "/system_stats"), False),
+        (facts("GET", "/prompt"), False),
+        (facts("GET", "/object_info"), False),
+        (facts("GET", "/extensions"), False),
+        (facts("GET", "/view", nav=False), False),
+        (facts("POST", "/interrupt"), False),
+        (facts("POST", "/api/userdata/workflows%2Fa.json"), False),
+    ],
+)
+def test_comfyui_wake_rules(request_facts: RequestFacts, wakes: bool) -> None:
+    assert COMFY.wakes(request_facts) is wakes
+
+
+def test_comfyui_api_routes_and_streams() -> None:
+    assert api_route("/api/prompt") == "prompt" and api_route("/prompt") == "prompt"
+    assert api_route("/api") == "" and api_route("/") is None
+    assert api_route("/extensions/x/y.js") is None and api_route("/extensions") == "extensions"
+    assert COMFY.stream_activity("/ws") == "none" and COMFY.stream_activity("/api/ws") == "none"
+    assert COMFY.stream_activity("/other/stream") == "frames"
+
+
+def test_wake_on_narrows_every_engine() -> None:
+    narrow = ComfyUIEngine(EngineSpec(kind="comfyui", wake_on="navigation"))
+    assert narrow.wakes(facts("GET", "/", nav=True))
+    assert narrow.wakes(facts("POST", "/prompt"))
+    assert not narrow.wakes(facts("GET", "/assets/a.js"))
+    off = GradioEngine(EngineSpec(kind="gradio", wake_on="none"))
+    assert not off.wakes(facts("GET", "/", nav=True))
+    http = HttpEngine(EngineSpec(wake_on="navigation"))
+    assert http.wakes(facts("POST", "/x")) and not http.wakes(facts("GET", "/x"))
+    assert HttpEngine(EngineSpec()).wakes(facts("GET", "/x"))
+    assert not HttpEngine(EngineSpec()).wakes(facts("GET", "/x", ws=True))
+
+
+@pytest.mark.parametrize(
+    ("path", "activity", "wakes"),
+    [
+        ("/gradio_api/queue/data", "open", False),
+        ("/gradio_api/call/generate/ev1", "open", True),
+        ("/gradio_api/heartbeat/abc", "none", False),
+        ("/gradio_api/upload_progress", "frames", True),
+        ("/config", "frames", True),
+        ("/queue/data", "open", False),  # Gradio 4, no api prefix
+    ],
+)
+def test_gradio_streams_and_wakes(path: str, activity: str, wakes: bool) -> None:
+    assert GRADIO.stream_activity(path) == activity
+    assert GRADIO.wakes(facts("GET", path)) is wakes
+
+
+def test_openai_wakes_on_work_only_and_streams_are_in_flight() -> None:
+    assert OPENAI.wakes(facts("POST", "/v1/chat/completions"))
+    assert not OPENAI.wakes(facts("GET", "/v1/models"))
+    assert not OPENAI.wakes(facts("GET", "/health"))
+    assert OPENAI.stream_activity("/v1/chat/completions") == "open"
+
+
+def test_readiness_paths_default_per_engine_unless_set() -> None:
+    assert COMFY.ready_path == "/system_stats"
+    assert GRADIO.ready_path == "/config"
+    assert OPENAI.ready_path == "/v1/models"
+    assert HttpEngine(EngineSpec()).ready_path == "/readyz"
+    explicit = Readiness.model_validate({"path": "/readyz"})
+    assert ComfyUIEngine(EngineSpec(kind="comfyui", readiness=explicit)).ready_path == "/readyz"
+    for kind, cls in (("http", HttpEngine), ("comfyui", ComfyUIEngine), ("gradio", GradioEngine)):
+        assert type(make_engine(EngineSpec(kind=kind))) is cls  # type: ignore[arg-type]
+
+
+def test_sse_events_are_split_on_blank_lines() -> None:
+    events, rest = sse_events(
+        'event: generating\ndata: ["a"]\n\nevent: heartbeat\ndata: null\n\nevent: com'
+    )
+    assert events == [("generating", '["a"]'), ("heartbeat", "null")]
+    assert rest == "event: com"
+    events, rest = sse_events(rest + 'plete\r\ndata: ["b"]\r\n\r\n')
+    assert events == [("complete", '["b"]')] and rest == ""
+
+
+def test_comfyui_history_and_prompt_errors() -> None:
+    assert history_outcome(None) is None
+    assert history_outcome({"status": {"status_str": "success", "completed": True}}) == "success"
+    failed = {
+        "status": {
+            "status_str": "error",
+            "completed": False,
+            "messages": [
+                ["execution_start", {}],
+                ["execution_error", {"exception_message": "OOM", "node_type": "KSampler"}],
+            ],
+        }
+    }
+    assert history_outcome(failed) == "OOM (node KSampler)"
+    body = {"error": {"message": "Prompt outputs failed validation"}, "node_errors": {"3": {}}}
+    assert prompt_error(body, 400).startswith("Prompt outputs failed validation")
+    assert prompt_error(None, 500) == "POST /prompt answered 500"
+
+
+async def test_warmup_runs_once_per_start_and_reports_failures() -> None:
+    runs: list[str] = []
+    outcome: dict[str, Any] = {"error": None}
+    gate = asyncio.Event()
+
+    async def run(url: str) -> None:
+        runs.append(url)
+        await gate.wait()
+        if outcome["error"] is not None:
+            raise outcome["error"]
+
+    warmup = Warmup("t", run)
+    assert not warmup.done("http://a")  # started
+    await asyncio.sleep(0)
+    assert not warmup.done("http://a") and runs == ["http://a"]  # still running
+    gate.set()
+    await asyncio.sleep(0)
+    assert warmup.done("http://a")
+    assert not warmup.done("http://a") and len(runs) == 1  # the next start warms up again
+    await asyncio.sleep(0)
+    assert warmup.done("http://a") and len(runs) == 2
+
+    outcome["error"] = ConnectionResetError("engine went away")
+    assert not warmup.done("http://a")
+    await asyncio.sleep(0)
+    assert not warmup.done("http://a")  # interrupted: tried again on the next probe
+    outcome["error"] = WarmupFailed("bad workflow")
+    assert not warmup.done("http://a")
+    await asyncio.sleep(0)
+    with pytest.raises(WarmupFailed, match="t warm-up failed: bad workflow"):
+        warmup.done("http://a")
+
+    gate.clear()
+    assert not warmup.done("http://b")
+    assert not warmup.done("http://c")  # http://b belonged to an earlier start: cancelled
+    await warmup.close()
+
+
+# -- the config file's engine keys ------------------------------------------------------------
+
+
+def config(target: dict[str, Any], base_dir: Path) -> Any:
+    spec = {"routes": [{"path_prefix": "/x", "strip_prefix": True}], **target}
+    spec.setdefault("backend", {"kind": "process", "command": ["python", "-m", "app"]})
+    return parse_config({"targets": {"t": spec}}, "<test>", str(base_dir))
+
+
+def problems(target: dict[str, Any], base_dir: Path) -> str:
+    with pytest.raises(ConfigError) as error:
+        config(target, base_dir)
+    return str(error.value)
+
+
+def test_engine_keys_belong_to_their_engine(tmp_path: Path) -> None:
+    message = problems({"engine": "gradio", "warmup_workflow": "w.json"}, tmp_path)
+    assert "targets.t.warmup_workflow" in message and "engine: comfyui" in message
+    message = problems({"engine": "comfyui", "warmup": {"api_name": "/go"}}, tmp_path)
+    assert "targets.t.warmup" in message and "engine: gradio" in message
+    assert "targets.t.engine" in problems({"engine": "vllm"}, tmp_path)
+    assert "api_name" in problems({"engine": "gradio", "warmup": {"api_name": "a b"}}, tmp_path)
+
+
+def test_the_warmup_workflow_is_checked_and_resolved(tmp_path: Path) -> None:
+    message = problems({"engine": "comfyui", "warmup_workflow": "missing.json"}, tmp_path)
+    assert "targets.t.warmup_workflow" in message and "cannot be read" in message
+    (tmp_path / "ui.json").write_text(json.dumps({"nodes": [], "links": []}))
+    assert "API Format" in problems({"engine": "comfyui", "warmup_workflow": "ui.json"}, tmp_path)
+    graph = {"3": {"class_type": "KSampler", "inputs": {}}}
+    (tmp_path / "w.json").write_text(json.dumps(graph))
+    target = config({"engine": "comfyui", "warmup_workflow": "w.json"}, tmp_path).targets["t"]
+    spec = target.engine_spec(str(tmp_path))
+    assert spec.warmup_workflow == str((tmp_path / "w.json").resolve())
+    assert ComfyUIEngine(spec).workflow == graph
+
+
+def test_a_gradio_child_behind_a_prefix_gets_its_root_path(tmp_path: Path) -> None:
+    target = config({"engine": "gradio"}, tmp_path).targets["t"]
+    assert target.backend.env["GRADIO_ROOT_PATH"] == "/x"
+    own = {"kind": "process", "command": ["python", "app.py"], "env": {"GRADIO_ROOT_PATH": "/y"}}
+    target = config({"engine": "gradio", "backend": own}, tmp_path).targets["t"]
+    assert target.backend.env["GRADIO_ROOT_PATH"] == "/y"
+    at_root = {"engine": "gradio", "routes": [{"path_prefix": "/"}]}
+    assert "GRADIO_ROOT_PATH" not in config(at_root, tmp_path).targets["t"].backend.env
+    assert "GRADIO_ROOT_PATH" not in config({}, tmp_path).targets["t"].backend.env
+    warm = config({"engine": "gradio", "warmup": {"api_name": "/load", "data": [1, "a"]}}, tmp_path)
+    assert warm.targets["t"].warmup.api_name == "load"
+    assert warm.targets["t"].warmup.data == (1, "a")
