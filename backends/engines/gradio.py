@@ -1,0 +1,132 @@
+"""``engine: gradio``: a Gradio app (Wan2GP runs on Gradio 5.x).
+
+- **Ready**: ``GET /config`` answers 200; then, with ``warmup: {api_name, data}``, one call
+  through the app's API (``POST {api}/call/<api_name>``, then its event stream until
+  ``complete``) before the target counts as ready: an app that loads its model on the first
+  generation has it resident before the first person waits.
+- **Busy**: a job runs from ``queue/join`` until its ``queue/data`` event stream closes
+  (``close_stream``), so that stream is activity for its whole life, however rarely it speaks
+  (likewise a ``call/<api_name>/<event_id>`` stream). Jobs still waiting in Gradio's queue are
+  polled (``{api}/queue/status`` -> ``queue_size``).
+- **Not activity**: ``{api}/heartbeat/<session>`` streams stay open for a tab's whole life. They
+  are never cut while the target is up either: Gradio cancels a session's jobs when its heartbeat
+  drops. They are closed only when the target is released.
+- **Wakes**: anything but a websocket, a heartbeat reconnecting, or a ``queue/data`` stream (a
+  session of a process that is gone); so ``gradio_client`` (which starts with ``GET /config``)
+  wakes a cold target and is held through the cold start.
+
+``{api}`` is the app's ``api_prefix`` from ``/config`` (``/gradio_api`` since Gradio 5).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import aiohttp
+
+from backends.base import RequestFacts, StreamActivity
+from backends.engines.common import (
+    PROBE_ERRORS,
+    WARMUP_REQUEST_TIMEOUT,
+    EngineBase,
+    Warmup,
+    WarmupFailed,
+)
+from backends.specs import EngineSpec, GradioWarmup
+
+DEFAULT_API_PREFIX: Final = "/gradio_api"
+"""Gradio 5's; replaced by ``api_prefix`` from ``/config`` once the app answered."""
+
+
+def is_heartbeat(path: str) -> bool:
+    return "/heartbeat/" in path
+
+
+def is_job_stream(path: str) -> bool:
+    """A stream that lasts exactly as long as a job: ``queue/data`` or ``call/<name>/<id>``."""
+    return path.rstrip("/").endswith("/queue/data") or "/call/" in path
+
+
+def sse_events(buffer: str) -> tuple[list[tuple[str, str]], str]:
+    """Complete ``(event, data)`` pairs in ``buffer``, and what is left of it."""
+    events: list[tuple[str, str]] = []
+    *blocks, rest = buffer.replace("\r\n", "\n").split("\n\n")
+    for block in blocks:
+        event, data = "message", []
+        for line in block.split("\n"):
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)
+        if data or event != "message":
+            events.append((event, "\n".join(data)))
+    return events, rest
+
+
+class GradioEngine(EngineBase):
+    default_ready_path = "/config"
+
+    def __init__(self, spec: EngineSpec) -> None:
+        super().__init__(spec)
+        self.api_prefix = DEFAULT_API_PREFIX
+        self.call: GradioWarmup | None = spec.warmup
+        if self.call is not None:
+            self.warmup = Warmup("gradio", self._warm_up)
+
+    async def probe_ready(self, base_url: str) -> bool:
+        if self.ready_path != self.default_ready_path:
+            return await super().probe_ready(base_url)
+        config = await self.get_json(base_url, self.ready_path)
+        if not isinstance(config, dict):
+            return False
+        prefix = config.get("api_prefix")
+        self.api_prefix = "/" + prefix.strip("/") if isinstance(prefix, str) and prefix else ""
+        return self.warmup is None or self.warmup.done(base_url)
+
+    async def _warm_up(self, base_url: str) -> None:
+        assert self.call is not None
+        url = f"{base_url}{self.api_prefix}/call/{self.call.api_name}"
+        timeout = aiohttp.ClientTimeout(total=WARMUP_REQUEST_TIMEOUT)
+        async with self.client().post(url, json={"data": self.call.data}, timeout=timeout) as r:
+            text = await r.text()
+            if r.status != 200:
+                raise WarmupFailed(f"POST {url} answered {r.status}: {text[:300]}")
+            try:
+                event_id = str(json.loads(text)["event_id"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise WarmupFailed(f"POST {url} answered {text[:300]!r}") from exc
+        # The job's own stream: no total timeout (cold_start_timeout bounds the whole start).
+        stream = aiohttp.ClientTimeout(total=None, sock_connect=self.readiness.timeout)
+        async with self.client().get(f"{url}/{event_id}", timeout=stream) as r:
+            if r.status != 200:
+                raise WarmupFailed(f"GET {url}/{event_id} answered {r.status}")
+            buffer = ""
+            async for chunk in r.content.iter_any():
+                events, buffer = sse_events(buffer + chunk.decode("utf-8", "replace"))
+                for event, data in events:
+                    if event == "complete":
+                        return
+                    if event == "error":
+                        raise WarmupFailed(f"{self.call.api_name}: {data or 'error'}")
+        raise aiohttp.ServerDisconnectedError("the warm-up stream ended without a result")
+
+    async def busy(self, base_url: str) -> bool:
+        return await self.busy_from(self._queued(base_url))
+
+    async def _queued(self, base_url: str) -> bool | None:
+        try:
+            status: Any = await self.get_json(base_url, f"{self.api_prefix}/queue/status")
+            return int(status["queue_size"]) > 0
+        except (*PROBE_ERRORS, KeyError, TypeError):
+            return None
+
+    def request_wakes(self, facts: RequestFacts) -> bool:
+        return not (is_heartbeat(facts.path) or facts.path.rstrip("/").endswith("/queue/data"))
+
+    def stream_activity(self, path: str) -> StreamActivity:
+        if is_heartbeat(path):
+            return "none"
+        return "open" if is_job_stream(path) else "frames"

@@ -1,0 +1,88 @@
+"""A small Gradio Blocks app shaped like Wan2GP for the engine tests: per-session gr.State, a slow
+generator reporting progress, a file output, and a model that loads on first use (or at the
+warm-up call). ``python -m tests.gradio_app --port PORT``; ``GRADIO_ROOT_PATH`` as Gradio reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+EVENTS: list[str] = []
+"""What happened, in order: ``load`` (the model became resident), ``generate``, ..."""
+
+
+def _ensure_model() -> None:
+    if "load" not in EVENTS:
+        time.sleep(0.3)  # "loading the weights"
+        EVENTS.append("load")
+
+
+def warm_up() -> str:
+    EVENTS.append("warmup")
+    _ensure_model()
+    return "resident"
+
+
+def generate(
+    prompt: str,
+    seconds: float,
+    count: int,
+    progress: Any = gr.Progress(),  # noqa: B008 - how Gradio injects its progress tracker
+) -> Iterator[tuple[str, int]]:
+    """Reports progress and yields at the start and at the end only: a long job whose event
+    stream is silent for ``seconds``."""
+    EVENTS.append("generate")
+    _ensure_model()
+    count += 1
+    progress(0.0, desc="rendering")
+    yield f"started {prompt}", count
+    time.sleep(seconds)
+    progress(1.0, desc="rendering")
+    yield f"rendered {prompt} (#{count} in this session)", count
+
+
+def export(prompt: str) -> str:
+    path = Path(tempfile.mkdtemp()) / "render.txt"
+    path.write_text(f"a render of {prompt}\n")
+    return str(path)
+
+
+def events() -> str:
+    return ",".join(EVENTS)
+
+
+def build() -> gr.Blocks:
+    with gr.Blocks(title="wan2gp-like") as demo:
+        count = gr.State(0)
+        prompt = gr.Textbox(label="prompt")
+        seconds = gr.Number(label="seconds", value=1.0)
+        status = gr.Textbox(label="status")
+        file = gr.File(label="file")
+        log = gr.Textbox(label="events")
+        gr.Button("generate").click(
+            generate, [prompt, seconds, count], [status, count], api_name="generate"
+        )
+        gr.Button("export").click(export, [prompt], [file], api_name="export")
+        gr.Button("events").click(events, [], [log], api_name="events")
+        gr.Button("warm up", visible=False).click(warm_up, [], [status], api_name="warm_up")
+    return demo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    build().queue(default_concurrency_limit=4).launch(
+        server_name="127.0.0.1", server_port=args.port, show_error=True, quiet=True
+    )
+
+
+if __name__ == "__main__":
+    main()
