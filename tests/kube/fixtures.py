@@ -1,0 +1,78 @@
+"""pytest fixtures for the real control plane. Import them into a test module::
+
+    from tests.kube.fixtures import kube_cluster_fixture, kubelet_fixture  # noqa: F401
+
+(or relatively, ``from .fixtures import ...``). The fixtures are named ``kube_cluster``,
+``kubelet``, ``kube_client`` and ``kube_namespace``.
+
+Without the binaries (``make kube-bins``) the tests skip, unless ``WARMGATE_KUBE_REQUIRED`` is
+set (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from .cluster import KubeBinaries, KubeCluster, new_api_client
+from .kubelet import TestKubelet
+
+
+@pytest.fixture(scope="session", name="kube_cluster")
+def kube_cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """etcd + kube-apiserver + kube-controller-manager, one per test session."""
+    bins = KubeBinaries.find()
+    if bins is None:
+        msg = (
+            "kube-apiserver/kube-controller-manager v1.20.2 or etcd not found "
+            "(run `make kube-bins`; cache: $WARMGATE_KUBE_CACHE or /var/cache/warmgate-kube)"
+        )
+        if os.environ.get("WARMGATE_KUBE_REQUIRED"):
+            pytest.fail(msg + " and WARMGATE_KUBE_REQUIRED is set", pytrace=False)
+        pytest.skip(msg)
+    # A short path: the directory holds the etcd data and the PKI.
+    cluster = KubeCluster.start(bins, Path(tmp_path_factory.mktemp("kube")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(name="kube_client")
+async def kube_client_fixture(kube_cluster: KubeCluster) -> AsyncIterator[client.ApiClient]:
+    """A kubernetes_asyncio ApiClient authenticated as the cluster admin."""
+    api = await new_api_client(kube_cluster.kubeconfig_path)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+@pytest.fixture(name="kubelet")
+async def kubelet_fixture(kube_cluster: KubeCluster, tmp_path: Path) -> AsyncIterator[TestKubelet]:
+    """The test kubelet, running in the test's event loop; pod logs go to tmp_path/pods."""
+    api = await new_api_client(kube_cluster.kubeconfig_path)
+    try:
+        async with TestKubelet(api, log_dir=tmp_path / "pods") as kubelet:
+            yield kubelet
+    finally:
+        await api.close()
+
+
+@pytest.fixture(name="kube_namespace")
+async def kube_namespace_fixture(kube_client: client.ApiClient) -> AsyncIterator[str]:
+    """A fresh namespace, deleted afterwards (without waiting for it to go). Its pods are
+    force-deleted, so none are left for a later test's kubelet to clean up."""
+    core = client.CoreV1Api(kube_client)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        await core.delete_namespace(name)  # Terminating: no new pods from here on
+        await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
