@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= deploy/local/warmgate.yaml
 
+include tools/kube/kube.mk
+
 .PHONY: install demo test check lint format typecheck imports bench loadtest chromium clean
 
 install: $(STAMP)
@@ -20,8 +22,8 @@ demo: install
 	@echo "\n  open http://127.0.0.1:8080/  (metrics: http://127.0.0.1:9090/metrics, targets: http://127.0.0.1:9090/targets)\n"
 	$(BIN)/warmgate serve --config $(CONFIG)
 
-test: install chromium
-	$(BIN)/python -m pytest -q
+test: install chromium kube-bins
+	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q
 
 # Debian's chromium drives the waiting-page test (playwright uses it; it downloads no browser).
 chromium:
