@@ -95,9 +95,7 @@ async def metric_value(admin: str, name: str, **labels: str) -> float:
         metric, _, rest = head.partition("{")
         if metric != name:
             continue
-        got = dict(
-            part.split("=", 1) for part in rest.rstrip("}").split(",") if "=" in part
-        )
+        got = dict(part.split("=", 1) for part in rest.rstrip("}").split(",") if "=" in part)
         if all(got.get(k) == f'"{v}"' for k, v in labels.items()):
             total += float(value)
     del want

@@ -17,9 +17,7 @@ def table() -> RouteTable:
                     "root": target({"path_prefix": "/"}),
                     "comfy": target({"path_prefix": "/comfy", "strip_prefix": True}),
                     "comfy-api": target({"path_prefix": "/comfy/api/"}),
-                    "render": target(
-                        {"hosts": ["render.lab", "*.render.lab"], "path_prefix": "/"}
-                    ),
+                    "render": target({"hosts": ["render.lab", "*.render.lab"], "path_prefix": "/"}),
                     "team": target(
                         {"hosts": ["render.lab"], "path_prefix": "/", "headers": {"X-Team": "a"}}
                     ),

@@ -100,9 +100,14 @@ def comfy_like_upstream(seen: list[web.Request]) -> web.Application:
 async def stack():  # type: ignore[no-untyped-def]
     seen: list[web.Request] = []
     upstream_app = comfy_like_upstream(seen)
-    async with serve_app(upstream_app) as upstream, warmgate(
-        static_config(upstream, timeouts={"response_headers": "1s"}, limits={"max_body": "1KiB"})
-    ) as wg:
+    async with (
+        serve_app(upstream_app) as upstream,
+        warmgate(
+            static_config(
+                upstream, timeouts={"response_headers": "1s"}, limits={"max_body": "1KiB"}
+            )
+        ) as wg,
+    ):
         async with aiohttp.ClientSession(
             auto_decompress=False, skip_auto_headers=("Accept-Encoding", "User-Agent")
         ) as client:
