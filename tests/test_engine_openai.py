@@ -47,7 +47,8 @@ async def stats(wg: Running) -> dict[str, int]:
 
 
 async def test_readiness_is_v1_models_and_costs_no_completion(tmp_path: Path) -> None:
-    async with warmgate(openai_config(), str(tmp_path)) as wg:
+    config = openai_config(scaling={"idle_after": "30s"})
+    async with warmgate(config, str(tmp_path)) as wg:
         async with aiohttp.ClientSession() as http, http.get(wg.url + "/v1/models") as r:
             # Listing models (dashboards poll it) does not wake a cold GPU.
             assert r.status == 503 and (await r.json())["error"]["code"] == "target_cold"
