@@ -35,7 +35,7 @@ from loadtests.harness import (
     write_report,
 )
 
-SECTION_MODULES = ("loadtests.bench_proxy", "loadtests.bench_held")
+SECTION_MODULES = ("loadtests.bench_proxy", "loadtests.bench_held", "loadtests.bench_policy")
 
 
 def parse_args(argv: list[str] | None) -> tuple[Options, list[str]]:

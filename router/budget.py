@@ -31,6 +31,11 @@ def utc_day(timestamp: float) -> datetime.date:
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).date()
 
 
+def _next_midnight(day: datetime.date) -> float:
+    start = datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.UTC)
+    return (start + datetime.timedelta(days=1)).timestamp()
+
+
 class Budget:
     def __init__(
         self,
@@ -43,6 +48,7 @@ class Budget:
         self.on_spend = on_spend
         """Called with (cloud, USD) for every settled cost (the spend metric)."""
         self.day = utc_day(clock())
+        self._next_day_at = _next_midnight(self.day)
         self.spent = 0.0
         """USD settled today (UTC)."""
         self.reserved = 0.0
@@ -50,9 +56,13 @@ class Budget:
         self.outstanding = 0
 
     def _roll(self) -> None:
-        today = utc_day(self.clock())
+        now = self.clock()
+        if now < self._next_day_at:
+            return
+        today = utc_day(now)
         if today != self.day:
             self.day, self.spent = today, 0.0
+        self._next_day_at = _next_midnight(today)
 
     def left(self) -> float:
         """USD still allowed today, outstanding reservations deducted (never below zero)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from router.config import Cost
@@ -38,15 +39,33 @@ def _choices(body: Mapping[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The most one request can use: what its reservation is priced from. Computed once per
+    request (the body does not change between placements or a fallback)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    images: int = 0
+
+    def price(self, cost: Cost) -> float:
+        """USD to reserve at ``cost``."""
+        tokens = cost.input_per_mtok * self.input_tokens + cost.output_per_mtok * self.output_tokens
+        return tokens / _MTOK + cost.per_image * self.images
+
+
+def bound(kind: str, body: Mapping[str, Any], assumed_output: int) -> Bound:
+    if kind == "images":
+        return Bound(images=_choices(body))
+    if kind == "embeddings":
+        return Bound(input_tokens=_input_bytes(body.get("input", "")))
+    prompt = sum(_input_bytes(body[key]) for key in ("messages", "tools") if body.get(key))
+    return Bound(prompt, _output_limit(body, assumed_output) * _choices(body))
+
+
 def estimate(kind: str, body: Mapping[str, Any], cost: Cost, assumed_output: int) -> float:
     """USD to reserve for this request at ``cost``."""
-    if kind == "images":
-        return cost.per_image * _choices(body)
-    if kind == "embeddings":
-        return cost.input_per_mtok * _input_bytes(body.get("input", "")) / _MTOK
-    prompt = sum(_input_bytes(body[key]) for key in ("messages", "tools") if body.get(key))
-    output = _output_limit(body, assumed_output) * _choices(body)
-    return (cost.input_per_mtok * prompt + cost.output_per_mtok * output) / _MTOK
+    return bound(kind, body, assumed_output).price(cost)
 
 
 def actual(kind: str, usage: Mapping[str, Any] | None, images: int, cost: Cost) -> float | None:

@@ -29,7 +29,7 @@ from backends.registry import make_cloud
 from backends.units import parse_duration
 from router.budget import Budget
 from router.config import Config
-from router.costs import estimate
+from router.costs import bound
 from router.credentials import Client, ClientKeys, Privacy, cloud_api_keys, load_client_keys
 from router.errors import BodyTooLarge, RequestError
 from router.images import ComfyImages, load_workflow
@@ -127,7 +127,7 @@ class OpenAIApi:
         self.loads: Counter[str] = Counter()
         """API requests in progress per local target (event streams included)."""
         retries = {name: spec.retries for name, spec in config.clouds.items()}
-        self.cloud = CloudCaller(clouds, retries, self.budget, config.policy)
+        self.cloud = CloudCaller(clouds, retries, self.budget)
         self.images = ComfyImages(self.loads)
         self.workflows = {
             (model, i): load_workflow(config.base_dir, p.workflow)
@@ -135,6 +135,7 @@ class OpenAIApi:
             for i, p in enumerate(spec.placements)
             if p.workflow is not None
         }
+        self._predictions: dict[str, tuple[tuple[float, ...], float]] = {}
         self.loop = asyncio.get_running_loop()
 
     # -- wiring -----------------------------------------------------------------------------
@@ -274,6 +275,7 @@ class OpenAIApi:
             raw,
             ask,
             self.loop.time(),
+            bound(kind, body, self.policy.assumed_output_tokens),
             private_reason=private,
         )
 
@@ -285,6 +287,8 @@ class OpenAIApi:
             response = await self._place(call)
         except RequestError as error:
             response = openai_error_response(error)
+            if DECISION not in request:  # refused before any placement: say why all the same
+                request[DECISION] = f"none; reason={error.code}"
             if call is not None:
                 call.notes["error"] = error.code
         self._account(request, response, call)
@@ -334,16 +338,26 @@ class OpenAIApi:
                         load=max(self.loads[p.target], rt.activity.in_flight),
                         held=rt.activity.held,
                         max_held=rt.spec.scaling.max_held,
-                        cold_start=rt.predicted_cold_start(self.policy.assumed_cold_start),
+                        cold_start=self._predicted(rt),
                         retry_at=state.retry_at,
                         wakes=rt.may_wake(api_facts(path)),
                     )
                 )
             else:
                 assert p.cloud is not None and p.model is not None
-                cost = estimate(call.kind, call.body, p.cost, self.policy.assumed_output_tokens)
+                cost = call.bound.price(p.cost)
                 clouds.append(CloudOption(i, p.cloud, p.model, p.cloud in self.clouds, cost))
         return Snapshot(tuple(locals_), tuple(clouds), self.budget.left(), now)
+
+    def _predicted(self, runtime: TargetRuntime) -> float:
+        """The target's predicted cold start, recomputed only when its history changed."""
+        history = tuple(runtime.cold_start_history)
+        cached = self._predictions.get(runtime.name)
+        if cached is not None and cached[0] == history:
+            return cached[1]
+        value = runtime.predicted_cold_start(self.policy.assumed_cold_start)
+        self._predictions[runtime.name] = (history, value)
+        return value
 
     def _record(self, call: Call, decision: Decision) -> None:
         call.request[DECISION] = decision.header

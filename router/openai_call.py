@@ -9,6 +9,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from router.config import ModelSpec
+from router.costs import Bound
 from router.credentials import Client
 from router.policy import Ask
 
@@ -41,6 +42,8 @@ class Call:
     ask: Ask
     started: float
     """Loop time the request arrived."""
+    bound: Bound
+    """The most it can use in the cloud: what a reservation is priced from."""
     private_reason: str | None = None
     notes: dict[str, str] = field(default_factory=dict)
     """Extra fields for the access log line."""

@@ -18,8 +18,8 @@ from aiohttp import web
 
 from backends.base import Cloud, CloudError
 from router.budget import Budget, Reservation
-from router.config import Placement, Policy
-from router.costs import actual, estimate
+from router.config import Placement
+from router.costs import actual
 from router.openai_call import Call
 from router.openai_errors import BudgetExhausted, CloudRejected, NotPlaced
 
@@ -91,12 +91,10 @@ class CloudCaller:
         clouds: Mapping[str, Cloud],
         retries: Mapping[str, int],
         budget: Budget,
-        policy: Policy,
     ) -> None:
         self.clouds = clouds
         self.retries = retries
         self.budget = budget
-        self.policy = policy
 
     async def run(self, call: Call, placement: Placement) -> web.StreamResponse:
         if call.ask.private or call.private_reason is not None:
@@ -105,8 +103,7 @@ class CloudCaller:
         assert placement.cloud is not None and placement.model is not None
         cloud = self.clouds[placement.cloud]
         body: dict[str, Any] = {**call.body, "model": placement.model}
-        cost = estimate(call.kind, body, placement.cost, self.policy.assumed_output_tokens)
-        reservation = self.budget.reserve(cost, placement.cloud)
+        reservation = self.budget.reserve(call.bound.price(placement.cost), placement.cloud)
         if reservation is None:
             raise BudgetExhausted("the daily cloud budget is spent")
         try:

@@ -9,6 +9,7 @@ never among them: it lives only in the cloud backend.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from typing import Final
@@ -29,6 +30,7 @@ DROPPED: Final = frozenset({"authorization", "content-length", "cookie", "proxy-
 """Client headers a local target never sees: warmgate's client key is not the target's key."""
 
 
+@functools.cache
 def api_facts(path: str) -> RequestFacts:
     """What an engine sees of an API request when deciding whether it may wake a cold target."""
     return RequestFacts(method="POST", path=path, is_websocket=False, is_navigation=False)

@@ -175,6 +175,8 @@ async def test_errors_have_openai_shape_status_and_request_id(tmp_path: Path) ->
         assert nf.value.code == "model_not_found" and nf.value.param == "model"
         assert nf.value.response.headers["x-request-id"]
         assert nf.value.response.headers["x-should-retry"] == "false"
+        assert nf.value.response.headers["x-warmgate-decision"] == "none; reason=model_not_found"
+        assert "retry-after" not in nf.value.response.headers
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model="qwen3-8b", messages="hi")  # type: ignore[arg-type]
         assert bad.value.param == "messages"
