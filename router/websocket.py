@@ -16,6 +16,8 @@ from router.proxy import COLD_START_HEADER, _translate
 from router.targets import TargetRuntime
 
 _GOING_AWAY = 1001
+_CLOSE_TIMEOUT = 10.0
+"""Seconds a close handshake may take before both sides are cut."""
 
 
 def is_websocket_upgrade(request: web.BaseRequest) -> bool:
@@ -30,6 +32,7 @@ async def _pump(
     sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     runtime: TargetRuntime,
     counts: bool,
+    closing: asyncio.Event,
 ) -> None:
     activity = runtime.activity
     while True:
@@ -41,11 +44,14 @@ async def _pump(
         elif msg.type is WSMsgType.CLOSE:
             code = msg.data if isinstance(msg.data, int) else 1000
             reason = (msg.extra or "").encode()[:123]
+            closing.set()  # the other pump now only stops; it must not close anything itself
             await sink.close(code=code, message=reason)
             await source.close(code=code, message=reason)
             return
-        else:  # CLOSING, CLOSED, ERROR: the other side is gone without a close frame
-            if not sink.closed:
+        else:  # CLOSING, CLOSED, ERROR
+            if not closing.is_set() and not sink.closed:
+                # The source went away without a close frame of its own.
+                closing.set()
                 await sink.close(code=_GOING_AWAY if msg.type is not WSMsgType.ERROR else 1011)
             return
         if counts:
@@ -99,8 +105,10 @@ async def forward_websocket(
         raise UpstreamError("client left during the upgrade", target=runtime.name) from exc
 
     key = object()
+    closing = asyncio.Event()
 
     async def close(code: int, reason: str) -> None:
+        closing.set()
         await downstream.close(code=code, message=reason.encode())
         await upstream.close(code=code, message=reason.encode())
 
@@ -111,11 +119,14 @@ async def forward_websocket(
     runtime.activity.streams[key] = close
     runtime.m_ws_open.inc()
     tasks = [
-        asyncio.ensure_future(_pump(downstream, upstream, runtime, counts)),
-        asyncio.ensure_future(_pump(upstream, downstream, runtime, counts)),
+        asyncio.ensure_future(_pump(downstream, upstream, runtime, counts, closing)),
+        asyncio.ensure_future(_pump(upstream, downstream, runtime, counts, closing)),
     ]
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if closing.is_set() and pending:  # a close handshake is under way: let it finish
+            finished, pending = await asyncio.wait(pending, timeout=_CLOSE_TIMEOUT)
+            done |= finished
         for task in pending:
             task.cancel()
         for task in pending:

@@ -178,6 +178,7 @@ async def test_websocket_binary_text_and_close_codes(stack) -> None:  # type: ig
         await ws.send_str("ping")
         await ws.receive()
         await ws.close(code=4002, message=b"tab closed")
+    assert ws.close_code == 4002, "the close is answered with the client's own code"
     for _ in range(100):
         if 4002 in upstream_app[WS_CLOSED]:
             break
