@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 
@@ -81,7 +82,8 @@ class Lifecycle:
     async def _recover(self) -> None:
         """A backend that is already running (warmgate restarted) is adopted, not restarted."""
         obs = self._obs
-        if obs.running and obs.endpoints:
+        if obs.running and not obs.crashed:  # probed before it counts as ready; the idle
+            self._next_probe = self.now  # window then starts fresh, so nothing busy is stopped
             self._publish(
                 self.rt.state.with_phase(Phase.STARTING, self.now, reason="found running")
             )
@@ -118,6 +120,8 @@ class Lifecycle:
                 log.exception("%s: %s failed", self.rt.name, step.act.value)
                 if self.rt.state.phase is Phase.STARTING:
                     self._fail(f"{step.act.value} failed: {exc}")
+                    with contextlib.suppress(Exception):
+                        await self.rt.backend.scale_down()  # never hold the GPU through a backoff
                 else:
                     await self._wait(self.now + 1.0)
 
@@ -169,6 +173,25 @@ class Lifecycle:
             await rt.backend.scale_down()  # reap what is left (a crashed child's group)
         elif step.act is Act.DRAIN:
             await self._drain(step.reason)
+        elif step.act is Act.ADOPT:
+            self._next_probe = now
+            self._publish(rt.state.with_phase(Phase.STARTING, now, reason=step.reason))
+        elif step.act is Act.REFRESH:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        """Ready endpoints changed: the new set is published at once (a request never goes to
+        a pod that is gone once its watch event arrived); none left: back to starting."""
+        rt, endpoints = self.rt, self._obs.endpoints
+        if endpoints:
+            log.info("%s: ready endpoints now %s", rt.name, ", ".join(endpoints))
+            self._publish(dataclasses.replace(rt.state, endpoints=endpoints))
+        else:
+            self._next_probe = self.now
+            reason = "no ready endpoint left; waiting for a replacement"
+            self._publish(
+                rt.state.with_phase(Phase.STARTING, self.now, endpoints=(), reason=reason)
+            )
 
     def _fail(self, reason: str) -> None:
         rt = self.rt
@@ -189,11 +212,14 @@ class Lifecycle:
     async def _drain(self, reason: str) -> None:
         rt = self.rt
         self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason))
-        for close in list(rt.activity.streams.values()):
-            with contextlib.suppress(Exception):
-                await close(1001, "idle: the GPU is released")
-        # Decide again, synchronously with setting ``stopping``: anything that arrived while the
-        # streams were closing cancels the drain; after this point new requests are held.
+        # A last look at the engine's own queue (a render may have been queued since the last
+        # poll). The workload is still up meanwhile: a request that arrives is served at once
+        # and cancels the drain.
+        endpoints = rt.state.endpoints
+        if endpoints and await self._engine_busy(endpoints[0]):
+            rt.activity.busy_until = self.now + self._busy_window
+        # Decide again, synchronously with setting ``stopping``: after this point new requests
+        # are held for the next start, and streams (idle tabs) are closed.
         activity = rt.activity
         window = rt.spec.scaling.stream_activity_window
         idle_since = activity.idle_since(window)
@@ -205,9 +231,24 @@ class Lifecycle:
             self._publish(rt.state.with_phase(Phase.READY, self.now, reason="drain cancelled"))
             return
         self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))
+        for close in list(rt.activity.streams.values()):
+            with contextlib.suppress(Exception):
+                await close(1001, "idle: the GPU is released")
         await rt.backend.scale_down()
         rt.metrics.idle_releases.labels(rt.name).inc()
         self._publish(rt.state.with_phase(Phase.COLD, self.now, endpoints=(), reason=reason))
+
+    @property
+    def _busy_window(self) -> float:
+        """A busy answer keeps the target active until the next poll has surely happened."""
+        return self.rt.spec.scaling.busy_poll + ACCOUNTING_INTERVAL
+
+    async def _engine_busy(self, endpoint: str) -> bool:
+        try:
+            return await self.rt.engine.busy(endpoint)
+        except Exception:  # an engine's probe must never stop its lifecycle
+            log.exception("%s: busy check failed", self.rt.name)
+            return False
 
     async def _account(self) -> None:
         """GPU-seconds while ready, split by activity; polls the engine's busy signal."""
@@ -217,8 +258,8 @@ class Lifecycle:
             return
         if now >= self._next_busy_poll and rt.state.endpoints:
             self._next_busy_poll = now + rt.spec.scaling.busy_poll
-            if await rt.engine.busy(rt.state.endpoints[0]):
-                rt.activity.busy_until = self.now + rt.spec.scaling.busy_poll
+            if await self._engine_busy(rt.state.endpoints[0]):
+                rt.activity.busy_until = self.now + self._busy_window
         active = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
         state = "busy" if active is None or now - active < 1.0 else "idle"
         rt.metrics.gpu_seconds.labels(rt.name, state).inc(max(0.0, elapsed))

@@ -4,8 +4,9 @@ lifecycle parts. They speak the same protocol as the real ones (backends/base.py
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
-from backends.base import Observation, ObservationListener, RequestFacts
+from backends.base import Observation, ObservationListener, RequestFacts, StreamActivity
 
 
 class FakeBackend:
@@ -62,12 +63,16 @@ class FakeEngine:
         self.ready_at = 0.0
         self.busy_now = False
         self.probes = 0
+        self.during_busy_check: Callable[[], Awaitable[None]] | None = None
+        """Awaited inside each busy check (to play out what arrives meanwhile)."""
 
     async def probe_ready(self, base_url: str) -> bool:
         self.probes += 1
         return asyncio.get_running_loop().time() >= self.ready_at
 
     async def busy(self, base_url: str) -> bool:
+        if self.during_busy_check is not None:
+            await self.during_busy_check()
         return self.busy_now
 
     def wakes(self, facts: RequestFacts) -> bool:
@@ -75,6 +80,9 @@ class FakeEngine:
 
     def stream_is_activity(self, path: str) -> bool:
         return True
+
+    def stream_activity(self, path: str) -> StreamActivity:
+        return "frames"
 
     async def close(self) -> None:
         return None

@@ -163,21 +163,27 @@ async def test_a_request_during_the_drain_cancels_it() -> None:
     async with running() as rig:
         await serve_one(rig, 0)
         late: list[asyncio.Task[float]] = []
+        closed: list[int] = []
 
-        key = object()
+        async def close(code: int, reason: str) -> None:
+            closed.append(code)
 
-        async def slow_close(code: int, reason: str) -> None:
-            late.append(serve_one(rig, 5))  # arrives while idle streams are being closed
-            await asyncio.sleep(0.5)
-            del rig.runtime.activity.streams[key]
+        rig.runtime.activity.streams[object()] = close
 
-        rig.runtime.activity.streams[key] = slow_close
+        async def arrives_meanwhile() -> None:
+            if rig.phase is Phase.DRAINING and not late:
+                late.append(serve_one(rig, 5))  # while the drain takes its last look
+                await asyncio.sleep(0.5)
+
+        rig.engine.during_busy_check = arrives_meanwhile
         await rig.until(Phase.DRAINING)
         await rig.until(Phase.READY)
         assert await late[0] == 0.0, "served at once by the process that was still up"
         assert rig.backend.calls == ["up"]
+        assert closed == [], "a cancelled drain leaves open streams (Gradio heartbeats) alone"
         await rig.until(Phase.COLD)
         assert rig.backend.calls == ["up", "down"]
+        assert closed == [1001]
 
 
 async def test_a_request_after_the_stop_is_held_for_the_next_start() -> None:
