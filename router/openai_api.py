@@ -136,6 +136,7 @@ class OpenAIApi:
             if p.workflow is not None
         }
         self._predictions: dict[str, tuple[tuple[float, ...], float]] = {}
+        self._wake_rules: dict[tuple[str, str], bool] = {}
         self.loop = asyncio.get_running_loop()
 
     # -- wiring -----------------------------------------------------------------------------
@@ -320,34 +321,42 @@ class OpenAIApi:
     # -- placing ----------------------------------------------------------------------------
 
     def snapshot(self, call: Call) -> Snapshot:
-        now = self.loop.time()
-        path = PATHS[call.kind]
+        """Every placement of the call's model as it is now: what :func:`decide` reads."""
         locals_: list[LocalOption] = []
         clouds: list[CloudOption] = []
         for i, p in enumerate(call.spec.placements):
-            if p.target is not None:
-                rt = self.runtimes[p.target]
-                state = rt.state
+            target = p.target
+            if target is not None:
+                rt = self.runtimes[target]
+                state, activity = rt.cell.current, rt.activity
                 locals_.append(
                     LocalOption(
-                        index=i,
-                        target=p.target,
-                        phase=state.phase,
-                        since=state.since,
-                        servable=rt.servable_now() is not None,
-                        load=max(self.loads[p.target], rt.activity.in_flight),
-                        held=rt.activity.held,
-                        max_held=rt.spec.scaling.max_held,
-                        cold_start=self._predicted(rt),
-                        retry_at=state.retry_at,
-                        wakes=rt.may_wake(api_facts(path)),
+                        i,
+                        target,
+                        state.phase,
+                        state.since,
+                        rt.servable_now() is not None,
+                        max(self.loads[target], activity.in_flight),
+                        activity.held,
+                        rt.spec.scaling.max_held,
+                        self._predicted(rt),
+                        state.retry_at,
+                        self._wakes(rt, call.kind),
                     )
                 )
             else:
                 assert p.cloud is not None and p.model is not None
                 cost = call.bound.price(p.cost)
                 clouds.append(CloudOption(i, p.cloud, p.model, p.cloud in self.clouds, cost))
-        return Snapshot(tuple(locals_), tuple(clouds), self.budget.left(), now)
+        return Snapshot(tuple(locals_), tuple(clouds), self.budget.left(), self.loop.time())
+
+    def _wakes(self, runtime: TargetRuntime, kind: str) -> bool:
+        """Whether an API request may start the target (the engine's rule; fixed by config)."""
+        key = (runtime.name, kind)
+        wakes = self._wake_rules.get(key)
+        if wakes is None:
+            wakes = self._wake_rules[key] = runtime.may_wake(api_facts(PATHS[kind]))
+        return wakes
 
     def _predicted(self, runtime: TargetRuntime) -> float:
         """The target's predicted cold start, recomputed only when its history changed."""
@@ -379,10 +388,10 @@ class OpenAIApi:
                 raise _rejection(decision, failure)
             if decision.action is not Action.CLOUD:
                 assert decision.local is not None
-                return await self._local(call, decision.local.index)
+                return await self._local(call, decision.local.position)
             assert decision.cloud is not None and not ask.private
             try:
-                return await self.cloud.run(call, call.spec.placements[decision.cloud.index])
+                return await self.cloud.run(call, call.spec.placements[decision.cloud.position])
             except CloudUnavailable as exc:
                 if failure is not None or not any(p.target for p in call.spec.placements):
                     raise CloudFailed(str(exc)) from None

@@ -1,5 +1,6 @@
 """Where one API request runs: a pure function of (request, snapshot of its placements, budget,
 rules, now) -> :class:`Decision`. No I/O and no awaits; :mod:`router.openai_api` acts on it.
+The snapshot's parts are immutable named tuples: built on every request, they must be cheap.
 
 The table (docs/openai.md has it for people):
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from router.state import Phase
 
@@ -34,11 +36,10 @@ class Action(enum.Enum):
     """Answer an error now (``status``), with the reason."""
 
 
-@dataclass(frozen=True, slots=True)
-class LocalOption:
+class LocalOption(NamedTuple):
     """One local placement as it is right now."""
 
-    index: int
+    position: int
     """Position among the model's placements."""
     target: str
     phase: Phase
@@ -71,9 +72,8 @@ class LocalOption:
         return self.cold_start  # cold, failed after its backoff, or draining with the stop issued
 
 
-@dataclass(frozen=True, slots=True)
-class CloudOption:
-    index: int
+class CloudOption(NamedTuple):
+    position: int
     cloud: str
     model: str
     available: bool
@@ -99,8 +99,7 @@ class Ask:
     """Deciding again after the cloud failed: only local remains."""
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     locals: tuple[LocalOption, ...]
     clouds: tuple[CloudOption, ...]
     budget_left: float
@@ -114,8 +113,7 @@ class Rules:
     warm_on_cloud: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     action: Action
     reason: str
     """Short, stable token: a metric label and the header's ``reason=``."""

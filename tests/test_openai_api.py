@@ -273,3 +273,18 @@ async def test_a_cloud_timeout_is_retried_then_answered() -> None:
         with pytest.raises(openai.InternalServerError, match="did not answer in time"):
             await client.chat.completions.create(model="frontier", messages=HELLO)
         await client.close()
+
+
+async def test_a_cloud_stream_that_stalls_ends_with_an_error_event() -> None:
+    cloud = FakeOpenAI(api_key=CLOUD_KEY, name="cloud", chunk_delay=1.0)
+    async with stack(
+        cloud=cloud, tweak=lambda c: c["clouds"]["managed"].update(timeout="0.4s", retries=0)
+    ) as st:
+        client = st.client()
+        stream = await client.chat.completions.create(model="frontier", messages=HELLO, stream=True)
+        with pytest.raises(openai.APIError, match="stopped sending in time"):
+            async for _ in stream:
+                pass
+        await client.close()
+        # the usage never came: the whole reservation stays spent
+        assert st.api.budget.spent > 0 and st.api.budget.reserved == 0.0

@@ -23,10 +23,10 @@ def local(
     held: int = 0,
     wakes: bool = True,
     target: str = "vllm",
-    index: int = 0,
+    position: int = 0,
 ) -> LocalOption:
     return LocalOption(
-        index=index,
+        position=position,
         target=target,
         phase=phase,
         since=since,
@@ -40,7 +40,7 @@ def local(
     )
 
 
-CLOUD = CloudOption(index=1, cloud="managed", model="frontier", available=True, cost=0.01)
+CLOUD = CloudOption(position=1, cloud="managed", model="frontier", available=True, cost=0.01)
 READY = local()
 COLD = local(Phase.COLD)
 COLD_FAST = local(Phase.COLD, cold_start=5.0)
@@ -104,7 +104,7 @@ CASES = [
     (
         "least loaded of two",
         PUBLIC,
-        snap(local(load=3), local(load=1, target="b", index=2)),
+        snap(local(load=3), local(load=1, target="b", position=2)),
         RULES,
         Action.LOCAL,
         "b",
@@ -258,7 +258,7 @@ CASES = [
     (
         "cloud-only, cloud key missing -> 503",
         PUBLIC,
-        snap(cloud=replace(CLOUD, available=False)),
+        snap(cloud=CLOUD._replace(available=False)),
         RULES,
         Action.REJECT,
         "none",
