@@ -49,5 +49,9 @@ bench: install
 	command -v wrk >/dev/null && command -v nginx >/dev/null || (apt-get install -y nginx wrk >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y nginx wrk))
 	$(BIN)/python -m loadtests.bench
 
+# The demo stack under locust: idle-then-burst, 100 users, results under loadtests/results/.
+loadtest: install
+	$(BIN)/python -m loadtests.loadtest $(LOADTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
