@@ -150,7 +150,7 @@ class Lifecycle:
             if ready and rt.state.phase is Phase.STARTING:
                 began = rt.state.since
                 rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)
-                rt.cold_start_history.append(self.now - began)
+                rt.record_cold_start(self.now - began)
                 rt.activity.wanted_until = float("-inf")
                 rt.activity.last_request = self.now  # a fresh start gets a full idle window
                 self._accounted_at = self.now

@@ -135,7 +135,6 @@ class OpenAIApi:
             for i, p in enumerate(spec.placements)
             if p.workflow is not None
         }
-        self._predictions: dict[str, tuple[tuple[float, ...], float]] = {}
         self._wake_rules: dict[tuple[str, str], bool] = {}
         self.loop = asyncio.get_running_loop()
 
@@ -359,14 +358,7 @@ class OpenAIApi:
         return wakes
 
     def _predicted(self, runtime: TargetRuntime) -> float:
-        """The target's predicted cold start, recomputed only when its history changed."""
-        history = tuple(runtime.cold_start_history)
-        cached = self._predictions.get(runtime.name)
-        if cached is not None and cached[0] == history:
-            return cached[1]
-        value = runtime.predicted_cold_start(self.policy.assumed_cold_start)
-        self._predictions[runtime.name] = (history, value)
-        return value
+        return runtime.predicted_cold_start(self.policy.assumed_cold_start)
 
     def _record(self, call: Call, decision: Decision) -> None:
         call.request[DECISION] = decision.header

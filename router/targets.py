@@ -53,8 +53,11 @@ class TargetRuntime:
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
         self._next_endpoint = 0
+        self.endpoint_load: dict[str, int] = {}
+        """Requests in flight per endpoint (counted while there are several to choose from)."""
         self.cold_start_history: deque[float] = deque(maxlen=20)
         """Seconds from scale-up to ready of the recent cold starts, newest last."""
+        self._predicted_cold_start = 0.0
         self.m_in_flight = metrics.in_flight.labels(name)
         self.m_held = metrics.held_requests.labels(name)
         self.m_hold_seconds = metrics.hold_seconds.labels(name)
@@ -69,11 +72,28 @@ class TargetRuntime:
         return self.cell.current
 
     def pick_endpoint(self, state: TargetState) -> str:
+        """The endpoint with the fewest requests in flight, ties taken round robin. A pick
+        counts as in flight until the task that made it ends (aiohttp runs each request in a
+        task of its own), so callers need not report back. One endpoint: no counting."""
         endpoints = state.endpoints
         if len(endpoints) == 1:
             return endpoints[0]
         self._next_endpoint = (self._next_endpoint + 1) % len(endpoints)
-        return endpoints[self._next_endpoint]
+        load = self.endpoint_load
+        order = endpoints[self._next_endpoint :] + endpoints[: self._next_endpoint]
+        base = min(order, key=lambda endpoint: load.get(endpoint, 0))
+        task = asyncio.current_task()
+        if task is not None:
+            load[base] = load.get(base, 0) + 1
+            task.add_done_callback(lambda _: self._endpoint_done(base))
+        return base
+
+    def _endpoint_done(self, base: str) -> None:
+        left = self.endpoint_load.get(base, 0) - 1
+        if left > 0:
+            self.endpoint_load[base] = left
+        else:
+            self.endpoint_load.pop(base, None)
 
     def servable_now(self) -> TargetState | None:
         state = self.cell.current
@@ -85,15 +105,17 @@ class TargetRuntime:
         self.activity.wanted_until = max(self.activity.wanted_until, until)
         self.wake.set()
 
-    def predicted_cold_start(self, default: float = 30.0) -> float:
-        """Expected seconds from scale-up to ready, learned from this target's cold starts:
-        the median of the recent ones, nudged up by their spread (never less than the last)."""
+    def record_cold_start(self, seconds: float) -> None:
+        """Learn from one cold start: the prediction is the median of the recent ones, nudged up
+        by their spread, never less than the last (computed here once, read per request)."""
+        self.cold_start_history.append(seconds)
         history = list(self.cold_start_history)
-        if not history:
-            return default
-        if len(history) == 1:
-            return history[0]
-        return max(history[-1], statistics.median(history) + statistics.pstdev(history))
+        spread = statistics.pstdev(history) if len(history) > 1 else 0.0
+        self._predicted_cold_start = max(history[-1], statistics.median(history) + spread)
+
+    def predicted_cold_start(self, default: float = 30.0) -> float:
+        """Expected seconds from scale-up to ready; ``default`` before the first cold start."""
+        return self._predicted_cold_start if self.cold_start_history else default
 
     def may_wake(self, facts: RequestFacts) -> bool:
         return self.engine.wakes(facts)
