@@ -38,7 +38,7 @@ def test_locust_smoke_against_the_demo_stack(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     with (tmp_path / "smoke_stats.csv").open() as f:
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
-    assert int(rows[("None", "Aggregated")]["Failure Count"]) == 0
+    assert int(rows[("", "Aggregated")]["Failure Count"]) == 0
     names = {name for _, name in rows}
     for expected in ("page", "asset", "/prompt", "render until done", "/view", "images"):
         assert expected in names, sorted(names)
