@@ -1,4 +1,4 @@
-"""Shared test parts: real servers on 127.0.0.1 and warmgate itself, in-process or as a subprocess."""
+"""Shared test parts: real servers on 127.0.0.1, and warmgate in-process or as a subprocess."""
 
 from __future__ import annotations
 
@@ -156,7 +156,11 @@ class Subprocess:
         return self.proc.pid
 
 
-async def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
+async def wait_until(
+    predicate: Any,
+    timeout: float = 10.0,  # noqa: ASYNC109 - a polling helper for tests: the deadline is its job
+    interval: float = 0.02,
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

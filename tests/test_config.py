@@ -1,4 +1,4 @@
-"""The config contract: good files load into frozen objects; bad ones name file, key, expectation."""
+"""The config contract: good files load frozen; bad ones name the file, key and expectation."""
 
 from __future__ import annotations
 

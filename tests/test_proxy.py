@@ -14,7 +14,6 @@ from yarl import URL
 
 from tests.helpers import metric_value, serve_app, static_config, warmgate
 
-
 RELEASE = web.AppKey("release_event_2", asyncio.Event)
 CANCELLED = web.AppKey("cancelled", asyncio.Event)
 WS_CLOSED = web.AppKey("ws_closed_with", list)
@@ -107,11 +106,11 @@ async def stack():  # type: ignore[no-untyped-def]
                 upstream, timeouts={"response_headers": "1s"}, limits={"max_body": "1KiB"}
             )
         ) as wg,
-    ):
-        async with aiohttp.ClientSession(
+        aiohttp.ClientSession(
             auto_decompress=False, skip_auto_headers=("Accept-Encoding", "User-Agent")
-        ) as client:
-            yield wg, client, upstream_app
+        ) as client,
+    ):
+        yield wg, client, upstream_app
 
 
 async def test_get_post_and_forwarded_headers(stack) -> None:  # type: ignore[no-untyped-def]
@@ -231,10 +230,13 @@ async def test_refused_upstream_is_502() -> None:
 async def test_no_route_is_404() -> None:
     config = static_config("http://127.0.0.1:9")
     config["targets"]["t"]["routes"] = [{"path_prefix": "/only"}]
-    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
-        async with client.get(wg.url + "/elsewhere") as resp:
-            assert resp.status == 404
-            assert (await resp.json())["error"]["code"] == "no_route"
+    async with (
+        warmgate(config) as wg,
+        aiohttp.ClientSession() as client,
+        client.get(wg.url + "/elsewhere") as resp,
+    ):
+        assert resp.status == 404
+        assert (await resp.json())["error"]["code"] == "no_route"
 
 
 async def test_body_too_large_is_413_with_and_without_length(stack) -> None:  # type: ignore[no-untyped-def]
