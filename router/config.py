@@ -369,6 +369,9 @@ class Config(Frozen):
     """Public listener: render URLs and the OpenAI-compatible API."""
     admin_listen: HostPort = HostPort(host="127.0.0.1", port=9090)
     """/healthz, /readyz, /metrics; never served on the public listener."""
+    scaler_listen: HostPort | None = None
+    """gRPC: KEDA's external scaler service (docs/keda.md), for render Deployments whose replicas
+    KEDA owns. Omitted (the default): not served."""
     server: ServerSettings = ServerSettings()
     targets: Mapping[str, Target]
     models: Mapping[str, ModelSpec] = Field(default_factory=dict)
@@ -380,7 +383,7 @@ class Config(Frozen):
     """The file this came from, for messages."""
     base_dir: str = Field(default=".", exclude=True)
 
-    @field_validator("listen", "admin_listen", mode="before")
+    @field_validator("listen", "admin_listen", "scaler_listen", mode="before")
     @classmethod
     def _host_port(cls, value: object) -> object:
         return _parse_host_port(value)
@@ -403,6 +406,9 @@ class Config(Frozen):
     def _distinct(self) -> Config:
         if self.listen.port != 0 and self.listen == self.admin_listen:
             raise ValueError("listen and admin_listen must differ: /metrics is never public")
+        scaler = self.scaler_listen
+        if scaler is not None and scaler.port != 0 and scaler in (self.listen, self.admin_listen):
+            raise ValueError("scaler_listen must differ from listen and admin_listen")
         seen: dict[tuple[Any, ...], str] = {}
         for name, target in self.targets.items():
             for route in target.routes:

@@ -11,6 +11,7 @@ import logging
 import math
 
 from backends.base import Observation
+from router.keda_state import decide_keda, keda_owns_replicas
 from router.scaling import Act, Step, View, backoff, decide
 from router.state import Phase, TargetState
 from router.targets import TargetRuntime
@@ -28,6 +29,8 @@ class Lifecycle:
         self._next_probe = 0.0
         self._accounted_at = runtime.loop.time()
         self._next_busy_poll = 0.0
+        self.keda = keda_owns_replicas(runtime.spec)
+        """KEDA owns the replicas (``mode: keda``): never scale, only wait (docs/keda.md)."""
         self._phase_gauges = {
             phase: runtime.metrics.target_phase.labels(runtime.name, phase.value) for phase in Phase
         }
@@ -108,7 +111,7 @@ class Lifecycle:
     async def _run(self) -> None:
         while True:
             await self._account()
-            step = decide(self.view())
+            step = (decide_keda if self.keda else decide)(self.view())
             if step.act is Act.WAIT:
                 await self._wait(step.until)
                 continue
@@ -121,7 +124,7 @@ class Lifecycle:
                 if self.rt.state.phase is Phase.STARTING:
                     self._fail(f"{step.act.value} failed: {exc}")
                     with contextlib.suppress(Exception):
-                        await self.rt.backend.scale_down()  # never hold the GPU through a backoff
+                        await self._scale_down()  # never hold the GPU through a backoff
                 else:
                     await self._wait(self.now + 1.0)
 
@@ -143,7 +146,8 @@ class Lifecycle:
             )
             rt.metrics.cold_starts.labels(rt.name).inc()
             self._next_probe = now
-            await rt.backend.scale_up()
+            if not self.keda:  # KEDA adds the replica: the held request made the scaler say active
+                await rt.backend.scale_up()
         elif step.act is Act.PROBE:
             endpoint = self._obs.endpoints[0]
             ready = await rt.engine.probe_ready(endpoint)
@@ -167,10 +171,10 @@ class Lifecycle:
                 self._next_probe = self.now + rt.spec.readiness.interval
         elif step.act is Act.FAIL:
             self._fail(step.reason)
-            await rt.backend.scale_down()
+            await self._scale_down()
         elif step.act is Act.LOST:
             self._publish(rt.state.with_phase(Phase.COLD, now, endpoints=(), reason=step.reason))
-            await rt.backend.scale_down()  # reap what is left (a crashed child's group)
+            await self._scale_down()  # reap what is left (a crashed child's group)
         elif step.act is Act.DRAIN:
             await self._drain(step.reason)
         elif step.act is Act.ADOPT:
@@ -234,9 +238,16 @@ class Lifecycle:
         for close in list(rt.activity.streams.values()):
             with contextlib.suppress(Exception):
                 await close(1001, "idle: the GPU is released")
+        if self.keda:  # the scaler now says inactive; KEDA's scale-down ends this (-> cold)
+            rt.metrics.idle_releases.labels(rt.name).inc()
+            return
         await rt.backend.scale_down()
         rt.metrics.idle_releases.labels(rt.name).inc()
         self._publish(rt.state.with_phase(Phase.COLD, self.now, endpoints=(), reason=reason))
+
+    async def _scale_down(self) -> None:
+        if not self.keda:  # KEDA scales down once the scaler says inactive (and cooldown passed)
+            await self.rt.backend.scale_down()
 
     @property
     def _busy_window(self) -> float:

@@ -15,6 +15,8 @@ from aiohttp.web_protocol import RequestHandler
 from router.app import Apps, build_apps
 from router.config import Config
 from router.errors import ListenError
+from router.keda import ScalerServer
+from router.keys import RUNTIMES
 
 log = logging.getLogger("warmgate")
 
@@ -86,6 +88,9 @@ class Server:
         self._runners: list[web.AppRunner] = []
         self.public_port = 0
         self.admin_port = 0
+        self.scaler: ScalerServer | None = None
+        """KEDA's external scaler (gRPC), when ``scaler_listen`` is set."""
+        self.scaler_port = 0
 
     async def start(self) -> None:
         config = self.config
@@ -109,6 +114,9 @@ class Server:
         await admin_site.start()
         self.public_port = _bound_port(public)
         self.admin_port = _bound_port(admin)
+        if config.scaler_listen is not None:  # after the lifecycles opened: it reads their state
+            self.scaler = ScalerServer(self.apps.public[RUNTIMES], config.scaler_listen)
+            self.scaler_port = await self.scaler.start()
         self.apps.readiness.listening = True
         log.info(
             "warmgate listening on %s:%d (admin %s:%d), %d targets",
@@ -126,6 +134,9 @@ class Server:
         for runner in self._runners:
             await runner.cleanup()
         self._runners = []
+        if self.scaler is not None:  # last: KEDA hears the targets' state through the drain
+            await self.scaler.stop()
+            self.scaler = None
 
 
 def _bound_port(runner: web.AppRunner) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import deque
+from collections.abc import Callable
 
 from backends.base import Backend, Engine, RequestFacts
 from router.activity import Activity
@@ -52,6 +53,8 @@ class TargetRuntime:
         self.activity = Activity(now)
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
+        self.on_first_hold: list[Callable[[], None]] = []
+        """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
@@ -150,6 +153,9 @@ class TargetRuntime:
         self.wake.set()
         outcome = "disconnected"
         try:
+            if self.activity.held == 1:
+                for listener in self.on_first_hold:
+                    listener()
             result = await wait_ready(
                 self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop
             )
