@@ -27,6 +27,12 @@ class Act(enum.Enum):
     """The workload died while ready or draining; phase -> cold."""
     DRAIN = "drain"
     """Idle long enough: close idle streams, stop the workload; phase -> draining -> cold."""
+    ADOPT = "adopt"
+    """Cold, but the workload is running (started by someone else, or found after a restart
+    while the cluster was unreachable): phase -> starting, probed like a start of our own."""
+    REFRESH = "refresh"
+    """Ready, and the backend's ready endpoints changed (a pod went or came): republish them;
+    none left -> starting, waiting for a replacement."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,8 @@ def decide(v: View) -> Step:
     phase = state.phase
 
     if phase is Phase.COLD:
+        if obs.running and not obs.crashed:
+            return Step(Act.ADOPT, reason="found running")
         if v.held > 0:
             return Step(Act.START, reason="a request is waiting")
         if v.wanted:
@@ -100,6 +108,8 @@ def decide(v: View) -> Step:
             return Step(Act.LOST, reason=obs.failure or "the workload stopped")
         if phase is Phase.DRAINING:
             return Step(Act.WAIT)  # the lifecycle is performing the drain
+        if state.endpoints and obs.endpoints != state.endpoints:
+            return Step(Act.REFRESH, reason="ready endpoints changed")
         if v.idle_since is None or v.held > 0:
             return Step(Act.WAIT)
         release_at = v.idle_since + v.scaling.idle_after

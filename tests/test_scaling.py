@@ -68,3 +68,36 @@ def test_wait_says_until_when() -> None:
 
 def test_backoff_doubles_and_caps() -> None:
     assert [backoff(n, S) for n in (1, 2, 3, 4, 5, 6, 7)] == [10, 20, 40, 80, 160, 300, 300]
+
+
+TWO = Observation(running=True, endpoints=("http://10.0.0.2:8188", "http://10.0.0.3:8188"))
+ONE = Observation(running=True, endpoints=("http://10.0.0.3:8188",))
+NO_PODS = Observation(running=True)
+
+
+def ready_on(obs: Observation) -> TargetState:
+    return state(Phase.READY, endpoints=obs.endpoints)
+
+
+ENDPOINT_CASES = [
+    ("cold, found running", View(state(Phase.COLD), UP, S, now=10), Act.ADOPT),
+    ("cold, found starting", View(state(Phase.COLD), NO_PODS, S, now=10), Act.ADOPT),
+    ("cold, crashed is no adoption", View(state(Phase.COLD), CRASHED, S, now=10), Act.WAIT),
+    ("ready, same endpoints", View(ready_on(TWO), TWO, S, now=10, idle_since=5), Act.WAIT),
+    ("ready, a pod gone", View(ready_on(TWO), ONE, S, now=10, idle_since=5), Act.REFRESH),
+    ("ready, a pod came", View(ready_on(ONE), TWO, S, now=10, idle_since=5), Act.REFRESH),
+    ("ready, all pods gone", View(ready_on(TWO), NO_PODS, S, now=10), Act.REFRESH),
+    ("ready, scaled to zero", View(ready_on(TWO), DOWN, S, now=10), Act.LOST),
+    (
+        "draining, a pod gone",
+        View(state(Phase.DRAINING, endpoints=TWO.endpoints), ONE, S, now=10),
+        Act.WAIT,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "view", "act"), ENDPOINT_CASES, ids=[c[0] for c in ENDPOINT_CASES]
+)
+def test_decide_follows_the_backends_endpoints(name: str, view: View, act: Act) -> None:
+    assert decide(view).act is act
