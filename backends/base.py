@@ -33,6 +33,12 @@ class Observation:
 ObservationListener = Callable[[Observation], None]
 
 
+class BackendError(Exception):
+    """A backend that cannot do what its config asks, in words for the operator: refused at
+    start (an RBAC rule missing, a second owner of the replica count) or a scale action the
+    cluster forbids. Library errors are translated into this at the backend's boundary."""
+
+
 class Backend(Protocol):
     """Runs and scales one target. Every method is idempotent and safe to call in any phase."""
 

@@ -18,6 +18,10 @@ def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
         from backends.process import ProcessBackend
 
         return ProcessBackend(target, spec, base_dir)
+    if spec.kind == "kubernetes":
+        from backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend(target, spec)
     raise ValueError(f"unknown backend kind {spec.kind!r}")  # config validation prevents this
 
 

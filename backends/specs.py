@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from backends.units import Duration
 
@@ -60,9 +60,70 @@ class ProcessBackend(Frozen):
         return value
 
 
-BackendSpec = StaticBackend | ProcessBackend
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class KubernetesBackend(Frozen):
+    """A Deployment scaled through its scale subresource; readiness from EndpointSlices
+    (docs/kubernetes.md). Credentials: in-cluster ServiceAccount when present, else KUBECONFIG."""
+
+    kind: Literal["kubernetes"]
+    namespace: str
+    """Namespace of the Deployment and its Service."""
+    deployment: str
+    """Name of the Deployment that runs the engine (kept at 0 replicas while idle)."""
+    port: int = Field(ge=1, le=65535)
+    """The engine's container port: pods are reached at ``http://<pod address>:<port>``."""
+    route_to: Literal["pods", "service"] = "pods"
+    """``pods``: forward to ready pod addresses, least in-flight first (no kube-proxy hop, and a
+    pod that disappears is dropped on the watch event); ``service``: forward to the Service's
+    DNS name and let kube-proxy/Cilium balance."""
+    service: str | None = None
+    """The Service that selects the Deployment's pods (its EndpointSlices carry readiness);
+    default: the Deployment's name. Required with ``route_to: service``."""
+    service_port: int | None = Field(default=None, ge=1, le=65535)
+    """``route_to: service``: the Service's port; default: ``port``."""
+    max_replicas: int = Field(default=1, ge=1)
+    """Replicas asked for on a scale-up from zero. 1: one GPU per interactive engine."""
+    mode: Literal["direct", "keda"] = "direct"
+    """``direct``: warmgate patches ``deployments/<name>/scale`` itself (and refuses to start
+    next to an HPA or ScaledObject on the same Deployment); ``keda``: a KEDA ScaledObject owns
+    the replica count, and warmgate only watches the Deployment (it is KEDA's scaler)."""
+
+    @field_validator("namespace", "service")
+    @classmethod
+    def _dns_label(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"expected a DNS label (lowercase letters, digits, '-'), got {value!r}"
+            )
+        return value
+
+    @field_validator("deployment")
+    @classmethod
+    def _dns_subdomain(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"expected a Kubernetes object name, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _service_for_route(self) -> KubernetesBackend:
+        if self.route_to == "service" and self.service is None:
+            raise ValueError("route_to: service needs service: (the Service's name)")
+        if self.service_port is not None and self.route_to != "service":
+            raise ValueError("service_port is for route_to: service")
+        return self
+
+    @property
+    def service_name(self) -> str:
+        """The Service whose EndpointSlices say which pods are ready."""
+        return self.service or self.deployment
+
+
+BackendSpec = StaticBackend | ProcessBackend | KubernetesBackend
 Backend = Annotated[BackendSpec, Field(discriminator="kind")]
-BACKEND_KINDS = ("static", "process")
+BACKEND_KINDS = ("static", "process", "kubernetes")
 
 
 class Readiness(Frozen):

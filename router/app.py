@@ -76,8 +76,13 @@ def build_apps(config: Config) -> Apps:
         for name, runtime in runtimes.items():
             sessions[name] = _session(runtime)
         lifecycles = [Lifecycle(runtime) for runtime in runtimes.values()]
-        for lifecycle in lifecycles:
-            await lifecycle.open()
+        try:
+            for lifecycle in lifecycles:
+                await lifecycle.open()
+        except BaseException:  # a backend refused to start: leave nothing running behind
+            await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
+            await asyncio.gather(*(session.close() for session in sessions.values()))
+            raise
         yield
         await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
         await asyncio.gather(*(session.close() for session in sessions.values()))

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from backends.base import BackendError
 from router import __version__
 from router.config import Config, load_config
 from router.errors import ConfigError, ListenError
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"warmgate: invalid config\n{exc}", file=sys.stderr)
         return 2
-    except ListenError as exc:
+    except (ListenError, BackendError) as exc:
         print(f"warmgate: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -64,8 +64,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--load", type=float, default=0.5)
+    parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
-    web.run_app(build(args.load), host="127.0.0.1", port=args.port, print=None)
+    web.run_app(build(args.load), host=args.host, port=args.port, print=None)
 
 
 if __name__ == "__main__":

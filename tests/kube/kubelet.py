@@ -84,6 +84,7 @@ class TestKubelet:
         self.probe_period = probe_period
         self.workloads: dict[str, _Workload] = {}  # by pod uid
         self._deleting: set[str] = set()
+        self._killing: list[_Workload] = []  # being stopped: stop() finishes them if cancelled
         self._tasks: set[asyncio.Task[None]] = set()
         self._main: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -106,7 +107,8 @@ class TestKubelet:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*(self._kill(w) for w in list(self.workloads.values())))
+        left = {id(w): w for w in [*self.workloads.values(), *self._killing]}
+        await asyncio.gather(*(self._kill(w) for w in left.values()))
         self.workloads.clear()
         if self._http:
             await self._http.close()
@@ -381,6 +383,11 @@ class TestKubelet:
         )
 
     async def _kill(self, w: _Workload) -> None:
+        self._killing.append(w)
+        await self._stop_process(w)  # cancelled (kubelet stopping): stop() finishes it
+        self._killing.remove(w)
+
+    async def _stop_process(self, w: _Workload) -> None:
         if w.task:
             w.task.cancel()
         if w.proc.returncode is None:

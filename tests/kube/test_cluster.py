@@ -18,12 +18,6 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .cluster import KubeCluster, new_api_client
-from .fixtures import (  # noqa: F401 - pytest fixtures
-    kube_client_fixture,
-    kube_cluster_fixture,
-    kube_namespace_fixture,
-    kubelet_fixture,
-)
 from .kubelet import TestKubelet
 
 PORT = 8080

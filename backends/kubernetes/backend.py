@@ -1,0 +1,363 @@
+"""``kind: kubernetes``: a Deployment scaled through its scale subresource, readiness from the
+watched Deployment and its Service's EndpointSlices (docs/kubernetes.md).
+
+``open`` lists before it returns, so the first observation is the cluster's truth and a
+restarted warmgate adopts a running Deployment instead of restarting it. Watches then keep the
+copy current; every change reaches the lifecycle at once (held requests are released on the
+watch event, not by polling). Scale actions that meet an unreachable API server are retried
+with backoff in the background while the observation says what was asked, and ``degraded``
+says why; refusals (RBAC, another owner of the replica count) are :class:`BackendError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from backends.base import BackendError, Observation, ObservationListener
+from backends.kubernetes.api import (
+    DEPLOYMENTS,
+    ENDPOINTSLICE_GROUP,
+    HPAS,
+    SCALED_OBJECTS,
+    Forbidden,
+    KubeApi,
+    KubeError,
+    NotFound,
+    Unreachable,
+    endpointslices,
+)
+from backends.kubernetes.informer import DEFAULT_BACKOFF, WATCH_TIMEOUT, Backoff, Informer
+from backends.kubernetes.observe import observe, other_owners, spec_replicas
+from backends.specs import KubernetesBackend as KubernetesSpec
+
+log = logging.getLogger("warmgate.kubernetes")
+
+OPEN_TIMEOUT = 10.0
+"""Seconds ``open`` waits for the first lists; past it warmgate starts degraded and keeps
+trying in the background (an API server away must not keep warm targets from being served)."""
+
+
+async def _connect_from_environment() -> KubeApi:
+    from backends.kubernetes.client import access_from_environment, connect
+
+    return await connect(access_from_environment())
+
+
+class KubernetesBackend:
+    def __init__(
+        self,
+        target: str,
+        spec: KubernetesSpec,
+        *,
+        connect: Callable[[], Awaitable[KubeApi]] = _connect_from_environment,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        watch_timeout: int = WATCH_TIMEOUT,
+        open_timeout: float = OPEN_TIMEOUT,
+    ) -> None:
+        self.target = target
+        self.spec = spec
+        self._connect = connect
+        self._backoff = backoff
+        self._watch_timeout = watch_timeout
+        self._open_timeout = open_timeout
+        self._where = f"deployment {spec.namespace}/{spec.deployment}"
+        self._api: KubeApi | None = None
+        self._deployments: Informer | None = None
+        self._slices: Informer | None = None
+        self._owners_checked = False
+        self._listener: ObservationListener | None = None
+        self._observation = Observation()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._retry: asyncio.Task[None] | None = None
+        self._reconnected = asyncio.Event()
+        """Set when a watch is connected again: a pending scale action is retried at once."""
+        self._intent: int | None = None
+        """Replicas asked for and not yet seen in the watched Deployment."""
+        self._asked_at_list: int | None = None
+        """Set once the intent is stored in the cluster: the deployment informer's list count
+        then (a later list is authoritative and confirms it too)."""
+        self._pending: str | None = None
+        self._starting: str | None = None
+        self.refused: str | None = None
+        """Why warmgate may not scale this Deployment (found after start, e.g. an HPA)."""
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    @property
+    def always_on(self) -> bool:
+        return False
+
+    def observe(self) -> Observation:
+        return self._observation
+
+    async def open(self, listener: ObservationListener) -> None:
+        spec = self.spec
+        self._listener = listener
+        try:
+            self._api = await self._connect()
+        except KubeError as exc:
+            raise BackendError(f"target {self.target!r}: {exc.message}") from exc
+        self._deployments = Informer(
+            self._api,
+            DEPLOYMENTS,
+            spec.namespace,
+            self._changed,
+            field_selector=f"metadata.name={spec.deployment}",
+            backoff=self._backoff,
+            watch_timeout=self._watch_timeout,
+        )
+        try:
+            async with asyncio.timeout(self._open_timeout):
+                await self._bootstrap()
+        except Forbidden as exc:
+            await self._api.close()
+            raise BackendError(self._forbidden(exc)) from exc
+        except (Unreachable, TimeoutError) as exc:
+            reason = exc.message if isinstance(exc, KubeError) else "no answer in time"
+            self._starting = f"waiting for the API server {self._api.server}: {reason}"
+            log.warning("[%s] %s; starting degraded", self.target, self._starting)
+            self._changed()
+            self._spawn(self._bootstrap_then_watch())
+            return
+        except KubeError as exc:
+            await self._api.close()
+            raise BackendError(f"target {self.target!r}: {exc.message}") from exc
+        if self.refused:
+            await self._api.close()
+            raise BackendError(self.refused)
+        self._start_watches()
+
+    async def scale_up(self) -> None:
+        """``mode: keda``: nothing; KEDA scales the Deployment (warmgate is its scaler)."""
+        if self.refused:
+            raise BackendError(self.refused)
+        if self.spec.mode == "direct":
+            await self._scale(self.spec.max_replicas)
+
+    async def scale_down(self) -> None:
+        """Returns once the API server stored replicas 0 (or a retry is under way), not once
+        the pods are gone: the Deployment finishes the stop on its own. ``mode: keda``:
+        nothing."""
+        if self.spec.mode == "direct":
+            await self._scale(0)
+
+    async def close(self) -> None:
+        """Stops watching; never scales the shared Deployment (a restart must not flap it)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def _bootstrap(self) -> None:
+        """Each step once: discovery, the other-owners check, the first lists."""
+        api, spec = self._api, self.spec
+        assert api is not None and self._deployments is not None
+        if self._slices is None:
+            resource = endpointslices(await api.group_versions(ENDPOINTSLICE_GROUP))
+            self._slices = Informer(
+                api,
+                resource,
+                spec.namespace,
+                self._changed,
+                label_selector=f"kubernetes.io/service-name={spec.service_name}",
+                backoff=self._backoff,
+                watch_timeout=self._watch_timeout,
+            )
+        if not self._owners_checked and spec.mode == "direct":  # keda: KEDA owns replicas
+            await self._check_owners(api)
+        self._owners_checked = True
+        if self._deployments.resource_version is None:
+            await self._deployments.list_now()
+        if self._slices.resource_version is None:
+            await self._slices.list_now()
+        self._starting = None
+        self._changed()
+
+    async def _check_owners(self, api: KubeApi) -> None:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for name, resource in (("hpas", HPAS), ("scaled_objects", SCALED_OBJECTS)):
+            try:
+                found[name] = list((await api.list(resource, self.spec.namespace)).items)
+            except NotFound:
+                found[name] = []  # KEDA is not installed
+            except Forbidden as exc:
+                log.warning(
+                    "[%s] cannot check whether something else scales %s (%s): %s",
+                    self.target,
+                    self._where,
+                    resource,
+                    exc.message,
+                )
+                found[name] = []
+        owners = other_owners(self.spec, found["hpas"], found["scaled_objects"])
+        if owners:
+            self.refused = (
+                f"target {self.target!r}: mode: direct refused: {', '.join(owners)} also "
+                f"scales {self._where}; two owners of one replica count flap it. Remove it, "
+                "or let one of them own the Deployment"
+            )
+            log.error("[%s] %s", self.target, self.refused)
+            self._changed()
+
+    async def _bootstrap_then_watch(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._bootstrap()
+                break
+            except KubeError as exc:
+                failures += 1
+                problem = self._forbidden(exc) if isinstance(exc, Forbidden) else exc.message
+                self._starting = f"waiting for the API server: {problem}"
+                self._changed()
+                await asyncio.sleep(self._backoff.delay(failures))
+        log.info("[%s] API server reached: watching %s", self.target, self._where)
+        self._start_watches()
+
+    def _start_watches(self) -> None:
+        assert self._deployments is not None and self._slices is not None
+        self._spawn(self._deployments.run())
+        self._spawn(self._slices.run())
+
+    def _spawn(self, coro: Coroutine[None, None, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"kubernetes:{self.target}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _forbidden(self, exc: KubeError) -> str:
+        return (
+            f"target {self.target!r}: the API server refused warmgate's credentials for "
+            f"{self._where}: {exc.message}. Grant the Role in deploy/base/router/rbac.yaml "
+            f"in namespace {self.spec.namespace} (docs/kubernetes.md)"
+        )
+
+    # -- scaling --------------------------------------------------------------------------
+
+    async def _scale(self, replicas: int) -> None:
+        async with self._lock:
+            if self._retry is not None:
+                self._retry.cancel()
+                self._retry = None
+            self._intent, self._asked_at_list, self._pending = replicas, None, None
+            self._changed()
+            try:
+                await self._ask(replicas)
+            except Unreachable as exc:
+                self._retry_later(replicas, exc)
+            except KubeError as exc:
+                if replicas == 0:  # a stop is never given up: retried until it lands
+                    self._retry_later(replicas, exc)
+                    return
+                self._intent = None
+                self._changed()
+                message = (
+                    self._forbidden(exc)
+                    if isinstance(exc, Forbidden)
+                    else f"target {self.target!r}: cannot scale {self._where}: {exc.message}"
+                )
+                raise BackendError(message) from exc
+
+    async def _ask(self, replicas: int) -> None:
+        """One try at storing the intent (the lock is held)."""
+        api, informer = self._api, self._deployments
+        if api is None or informer is None:
+            raise Unreachable("not connected")
+        if replicas > 0:
+            current = await api.get_scale(self.spec.namespace, self.spec.deployment)
+            if current < 1:
+                await api.patch_scale(self.spec.namespace, self.spec.deployment, replicas)
+                log.info("[%s] scaled %s to %d", self.target, self._where, replicas)
+        else:
+            await api.patch_scale(self.spec.namespace, self.spec.deployment, 0)
+            log.info("[%s] scaled %s to 0", self.target, self._where)
+        self._asked_at_list = informer.lists
+        self._pending = None
+        self._changed()
+
+    def _retry_later(self, replicas: int, exc: KubeError) -> None:
+        self._pending = f"scale to {replicas} pending, retrying: {exc.message}"
+        log.warning("[%s] %s", self.target, self._pending)
+        self._changed()
+        self._retry = self._spawn(self._retry_loop(replicas))
+
+    async def _retry_loop(self, replicas: int) -> None:
+        failures = 0
+        while True:
+            failures += 1
+            self._reconnected.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._backoff.delay(failures)):
+                    await self._reconnected.wait()
+            async with self._lock:
+                if self._intent != replicas:
+                    return
+                try:
+                    await self._ask(replicas)
+                except KubeError as exc:
+                    self._pending = f"scale to {replicas} pending, retrying: {exc.message}"
+                    self._changed()
+                    continue
+                self._retry = None
+                return
+
+    # -- observation ----------------------------------------------------------------------
+
+    def _deployment(self) -> dict[str, Any] | None:
+        informer = self._deployments
+        return None if informer is None else informer.objects.get(self.spec.deployment)
+
+    def _settle_intent(self) -> None:
+        """Forget the intent once the watched Deployment shows it (or a later list was made)."""
+        asked, informer = self._asked_at_list, self._deployments
+        if self._intent is None or asked is None or informer is None:
+            return
+        deployment = self._deployment()
+        watched = spec_replicas(deployment)
+        shown = deployment is not None and (watched > 0) == (self._intent > 0)
+        if shown or informer.lists > asked:
+            self._intent = self._asked_at_list = None
+
+    def _problems(self) -> list[str]:
+        problems = [p for p in (self._starting, self._pending) if p]
+        for informer in (self._deployments, self._slices):
+            if informer is not None and informer.problem:
+                problems.append(informer.problem)
+        informer = self._deployments
+        if informer is not None and informer.resource_version and self._deployment() is None:
+            problems.append(f"{self._where} not found")
+        return problems
+
+    def _watching(self) -> bool:
+        informers = (self._deployments, self._slices)
+        return self._starting is None and all(i is not None and not i.problem for i in informers)
+
+    def _changed(self) -> None:
+        if self._pending and self._watching():
+            self._reconnected.set()  # the API server is back: retry the pending action now
+        self._settle_intent()
+        slices = self._slices.objects.values() if self._slices is not None else ()
+        observation = observe(
+            self.spec,
+            self._deployment(),
+            slices,
+            intent=self._intent,
+            problems=self._problems(),
+            refused=self.refused,
+        )
+        if observation != self._observation:
+            self._observation = observation
+            if self._listener is not None:
+                self._listener(observation)

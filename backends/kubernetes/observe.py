@@ -1,0 +1,102 @@
+"""From the watched objects to an :class:`~backends.base.Observation`, and the checks made
+before warmgate may own a Deployment's replica count. Pure functions of JSON objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from backends.base import Observation
+from backends.kubernetes.api import Json
+from backends.specs import KubernetesBackend as KubernetesSpec
+
+
+def spec_replicas(deployment: Json | None) -> int:
+    """The Deployment's asked-for replicas (the API server defaults it, so absent is rare)."""
+    if deployment is None:
+        return 0
+    return int((deployment.get("spec") or {}).get("replicas") or 0)
+
+
+def ready_addresses(slices: Iterable[Json]) -> list[str]:
+    """Addresses of ready endpoints, in a stable order. ``ready`` absent means unknown, which
+    consumers are told to treat as ready; a terminating endpoint is never ready."""
+    found: set[str] = set()
+    for slice_ in slices:
+        if slice_.get("addressType", "IPv4") not in ("IPv4", "IPv6"):
+            continue  # FQDN slices name no pod
+        for endpoint in slice_.get("endpoints") or ():
+            conditions = endpoint.get("conditions") or {}
+            if conditions.get("ready") is False or conditions.get("terminating") is True:
+                continue
+            found.update(str(a) for a in endpoint.get("addresses") or ())
+    return sorted(found, key=_address_key)
+
+
+def _address_key(address: str) -> tuple[int, ...] | tuple[int, str]:
+    if ":" not in address and address.replace(".", "").isdigit():
+        return tuple(int(part) for part in address.split("."))
+    return (1 << 16, address)
+
+
+def endpoint_urls(spec: KubernetesSpec, addresses: list[str]) -> tuple[str, ...]:
+    """Where requests go: each ready pod, or the Service's name once one pod is ready."""
+    if not addresses:
+        return ()
+    if spec.route_to == "service":
+        port = spec.service_port or spec.port
+        return (f"http://{spec.service_name}.{spec.namespace}.svc:{port}",)
+    return tuple(
+        f"http://[{a}]:{spec.port}" if ":" in a else f"http://{a}:{spec.port}" for a in addresses
+    )
+
+
+def replica_failure(deployment: Json | None) -> str | None:
+    """Why the Deployment cannot create its pods (quota, admission), from its ``ReplicaFailure``
+    condition; only trusted once the controller has seen the current spec."""
+    if deployment is None:
+        return None
+    status = deployment.get("status") or {}
+    generation = (deployment.get("metadata") or {}).get("generation")
+    if generation is not None and status.get("observedGeneration") != generation:
+        return None
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            return f"cannot create pods: {condition.get('message') or condition.get('reason')}"
+    return None
+
+
+def observe(
+    spec: KubernetesSpec,
+    deployment: Json | None,
+    slices: Iterable[Json],
+    *,
+    intent: int | None = None,
+    problems: Iterable[str] = (),
+    refused: str | None = None,
+) -> Observation:
+    """``intent``: the replica count warmgate asked for and has not seen confirmed yet (it
+    counts over the watched value, so a scale-down does not look running until the watch
+    catches up). ``problems``: why the view may be stale (degraded, but serving goes on)."""
+    replicas = intent if intent is not None else spec_replicas(deployment)
+    running = replicas > 0
+    endpoints = endpoint_urls(spec, ready_addresses(slices)) if running else ()
+    failure = refused or (replica_failure(deployment) if running else None)
+    degraded = "; ".join(problems) or None
+    return Observation(running=running, endpoints=endpoints, failure=failure, degraded=degraded)
+
+
+def other_owners(
+    spec: KubernetesSpec, hpas: Iterable[Json], scaled_objects: Iterable[Json]
+) -> list[str]:
+    """HPAs and KEDA ScaledObjects that also scale the Deployment: two owners of one replica
+    count flap it, so direct mode refuses to start next to any of them."""
+    owners = []
+    for hpa in hpas:
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind") == "Deployment" and ref.get("name") == spec.deployment:
+            owners.append(f"HorizontalPodAutoscaler {hpa['metadata']['name']}")
+    for scaled in scaled_objects:
+        ref = (scaled.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind", "Deployment") == "Deployment" and ref.get("name") == spec.deployment:
+            owners.append(f"KEDA ScaledObject {scaled['metadata']['name']}")
+    return owners
