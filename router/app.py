@@ -21,6 +21,7 @@ from router.match import RouteTable
 from router.metrics import Metrics
 from router.openai_api import build_openai_api
 from router.targets import TargetRuntime
+from router.upstream import UpstreamConnector
 from router.waiting import PREFIX, WaitingPages
 
 
@@ -37,7 +38,7 @@ class Apps:
 
 def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
     spec = runtime.spec
-    connector = aiohttp.TCPConnector(
+    connector = UpstreamConnector(  # aiohttp's (websockets) + warmgate's own HTTP pool
         limit=spec.limits.max_connections,
         limit_per_host=0,
         keepalive_timeout=30.0,

@@ -6,22 +6,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from backends.base import RequestFacts
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
-from router.headers import WEBSOCKET_HANDSHAKE, upstream_request_headers
+from router.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
 from router.match import Match, RouteTable
 from router.metrics import Metrics
-from router.proxy import forward_http
+from router.proxy import request_body, respond, send, translate
 from router.replies import error_response
+from router.state import TargetState
 from router.targets import TargetRuntime
+from router.upstream import Endpoint, UpstreamFailure, endpoint
 from router.websocket import forward_websocket, is_websocket_upgrade
 
 log = logging.getLogger("warmgate.access")
+
+_COUNTERS_MAX = 4096
+"""Cached request counters (target, method, status); methods come from clients, so bounded."""
 
 
 def is_navigation(request: web.BaseRequest) -> bool:
@@ -53,24 +60,77 @@ class Dispatcher:
         self.access_log = access_log
         self.waiting_page: WaitingPageHook | None = None
         self.loop = asyncio.get_running_loop()
+        self._counters: dict[tuple[str, str, int], Any] = {}
+
+    def _count(self, target: str, method: str, status: int) -> None:
+        key = (target, method, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self.metrics.requests.labels(target, method, str(status))
+            if len(self._counters) >= _COUNTERS_MAX:
+                self._counters.clear()
+            self._counters[key] = counter
+        counter.inc()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        raw = request.raw_path
-        runtime: TargetRuntime | None = None
+        # A request waiting on its upstream keeps this frame (thousands may wait at once), so
+        # the work around the awaits is in helpers and few values stay referenced here.
         started = self.loop.time()
+        runtime: TargetRuntime | None = None
         try:
-            if not raw.startswith("/"):
-                raise BadRequest("the request target must be an absolute path")
-            path, _, _query = raw.partition("?")
-            match = self.table.match(request.host, path, request.headers)
-            if match is None:
-                raise NoRoute(f"no route for {request.host}{path}")
-            runtime = self.runtimes[match.target]
-            response = await self._serve(request, runtime, match.upstream_path, raw, match)
+            runtime, match = self._route(request)
+            websocket = is_websocket_upgrade(request)
+            state = runtime.servable_now()
+            cold_wait: float | None = None
+            if state is None:  # cold: a browser loading a page gets the waiting page, or hold
+                facts = self._facts(request, match, websocket)
+                page = self._waiting_page(request, runtime, facts, websocket)
+                if page is not None:
+                    response = page
+                else:
+                    held = await runtime.acquire(facts)
+                    state, cold_wait = held.state, held.waited if held.cold else None
+            if state is None:
+                pass  # answered with the waiting page
+            elif websocket:
+                url, headers = self._websocket(request, runtime, state, match)
+                session = self.sessions[runtime.name]
+                response = await forward_websocket(
+                    request, runtime, session, url, headers, cold_wait
+                )
+            else:
+                ep = endpoint(runtime.pick_endpoint(state))
+                body, chunked, end = request_body(request, runtime)
+                activity = runtime.activity
+                activity.begin(runtime.loop.time())
+                runtime.m_in_flight.inc()
+                try:
+                    # send() and respond() rather than forward(): one frame less.
+                    try:
+                        exchange = await send(
+                            request,
+                            runtime,
+                            self.sessions[runtime.name],
+                            ep,
+                            self._head(request, ep, match, end),
+                            body,
+                            chunked,
+                        )
+                    except UpstreamFailure as exc:
+                        raise translate(exc, runtime, "headers") from exc
+                    try:
+                        response = await respond(
+                            request, runtime, exchange, match.upstream_path, cold_wait
+                        )
+                    finally:
+                        exchange.close()
+                finally:
+                    activity.end(runtime.loop.time())
+                    runtime.m_in_flight.dec()
         except RequestError as error:
             response = error_response(request, error)
         target = runtime.name if runtime is not None else "-"
-        self.metrics.requests.labels(target, request.method, str(response.status)).inc()
+        self._count(target, request.method, response.status)
         if runtime is not None:
             runtime.m_request_duration.observe(self.loop.time() - started)
         if self.access_log:
@@ -78,69 +138,96 @@ class Dispatcher:
                 '%s "%s %s" %s target=%s %.3fs',
                 request.remote,
                 request.method,
-                raw,
+                request.raw_path,
                 response.status,
                 target,
                 self.loop.time() - started,
             )
         return response
 
-    async def _serve(
+    def _route(self, request: web.Request) -> tuple[TargetRuntime, Match]:
+        raw = request.raw_path
+        if not raw.startswith("/"):
+            raise BadRequest("the request target must be an absolute path")
+        path = raw.partition("?")[0]
+        headers = request.headers
+        host = headers.get("Host")
+        match = self.table.match(host, path, headers)
+        if match is None:
+            raise NoRoute(f"no route for {host or ''}{path}")
+        runtime = self.runtimes[match.target]
+        max_body = runtime.spec.limits.max_body
+        length = request.content_length
+        if length is not None and length > max_body:
+            raise BodyTooLarge(
+                f"request body of {length} bytes is larger than {max_body}",
+                target=runtime.name,
+            )
+        return runtime, match
+
+    def _facts(self, request: web.Request, match: Match, websocket: bool) -> RequestFacts:
+        return RequestFacts(
+            method=request.method,
+            path=match.upstream_path,
+            is_websocket=websocket,
+            is_navigation=is_navigation(request),
+        )
+
+    def _waiting_page(
+        self, request: web.Request, runtime: TargetRuntime, facts: RequestFacts, websocket: bool
+    ) -> web.StreamResponse | None:
+        if self.waiting_page is None or websocket:
+            return None
+        return self.waiting_page(request, runtime, facts)
+
+    def _head(self, request: web.Request, ep: Endpoint, match: Match, end: bytes) -> bytes:
+        raw = request.raw_path
+        mark = raw.find("?")
+        query = raw[mark:] if mark >= 0 else ""
+        prefix = match.entry.prefix if match.entry.strip_prefix else None
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        return upstream_request_head(
+            f"{request.method} {ep.prefix}{match.upstream_path}{query} HTTP/1.1\r\n",
+            request.headers,
+            client_ip=peer[0] if peer else None,
+            scheme=_scheme(request),
+            prefix=prefix.rstrip("/") if prefix else None,
+            trust_forwarded=self.trust_forwarded,
+            default_host=ep.host_header,
+            end=end,
+        )
+
+    def _websocket(
         self,
         request: web.Request,
         runtime: TargetRuntime,
-        upstream_path: str,
-        raw: str,
+        state: TargetState,
         match: Match,
-    ) -> web.StreamResponse:
-        spec = runtime.spec
-        length = request.content_length
-        if length is not None and length > spec.limits.max_body:
-            raise BodyTooLarge(
-                f"request body of {length} bytes is larger than {spec.limits.max_body}",
-                target=runtime.name,
-            )
-        websocket = is_websocket_upgrade(request)
-        cold_wait: float | None = None
-        state = runtime.servable_now()
-        if state is None:
-            facts = RequestFacts(
-                method=request.method,
-                path=upstream_path,
-                is_websocket=websocket,
-                is_navigation=is_navigation(request),
-            )
-            if self.waiting_page is not None and not websocket:
-                page = self.waiting_page(request, runtime, facts)
-                if page is not None:
-                    return page
-            held = await runtime.acquire(facts)
-            state = held.state
-            cold_wait = held.waited if held.cold else None
-        base = runtime.pick_endpoint(state)
-        _, mark, query = raw.partition("?")
-        url = URL(base + upstream_path + mark + query, encoded=True)
+    ) -> tuple[URL, CIMultiDict[str]]:
+        raw = request.raw_path
+        mark = raw.find("?")
+        query = raw[mark:] if mark >= 0 else ""
+        url = URL(runtime.pick_endpoint(state) + match.upstream_path + query, encoded=True)
         prefix = match.entry.prefix if match.entry.strip_prefix else None
-        peer = request.transport.get_extra_info("peername") if request.transport else None
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
         headers = upstream_request_headers(
             request.headers,
             client_ip=peer[0] if peer else None,
-            scheme=request.scheme,
+            scheme=_scheme(request),
             prefix=prefix.rstrip("/") if prefix else None,
             trust_forwarded=self.trust_forwarded,
-            skip=WEBSOCKET_HANDSHAKE if websocket else (),
+            skip=WEBSOCKET_HANDSHAKE,
         )
-        session = self.sessions[runtime.name]
-        if websocket:
-            return await forward_websocket(request, runtime, session, url, headers, cold_wait)
-        activity = runtime.activity
-        activity.begin(runtime.loop.time())
-        runtime.m_in_flight.inc()
-        try:
-            return await forward_http(request, runtime, session, url, headers, cold_wait)
-        finally:
-            activity.end(runtime.loop.time())
-            runtime.m_in_flight.dec()
+        return url, headers
+
+
+def _scheme(request: web.Request) -> str:
+    """``request.scheme`` without caching it on the request (a held request keeps its cache)."""
+    transport = request.transport
+    secure = transport is not None and transport.get_extra_info("sslcontext") is not None
+    return "https" if secure else "http"
 
 
 WaitingPageHook = Callable[[web.Request, TargetRuntime, RequestFacts], web.StreamResponse | None]

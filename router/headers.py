@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -32,6 +32,8 @@ WEBSOCKET_HANDSHAKE = frozenset(
 )
 RESPONSE_SKIP = HOP_BY_HOP | {"date", "server"}
 """aiohttp writes Date and Server itself; the upstream's Server is kept below."""
+_BODYLESS_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+"""Methods that get no ``Content-Length: 0`` when sent without a body (as aiohttp does)."""
 
 
 def _connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
@@ -39,6 +41,91 @@ def _connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     if not value:
         return frozenset()
     return frozenset(token.strip().lower() for token in value.split(","))
+
+
+def _forwarded(
+    headers: Mapping[str, str],
+    client_ip: str | None,
+    scheme: str,
+    prefix: str | None,
+    trust_forwarded: bool,
+) -> list[tuple[str, str]]:
+    """The X-Forwarded-* headers warmgate sets (any the client sent are dropped unless trusted)."""
+    out = []
+    forwarded_for = headers.get("X-Forwarded-For") if trust_forwarded else None
+    if client_ip:
+        forwarded_for = f"{forwarded_for}, {client_ip}" if forwarded_for else client_ip
+    if forwarded_for:
+        out.append(("X-Forwarded-For", forwarded_for))
+    out.append(
+        (
+            "X-Forwarded-Proto",
+            headers.get("X-Forwarded-Proto", scheme) if trust_forwarded else scheme,
+        )
+    )
+    host = headers.get("Host")
+    if trust_forwarded and "X-Forwarded-Host" in headers:
+        host = headers["X-Forwarded-Host"]
+    if host:
+        out.append(("X-Forwarded-Host", host))
+    if prefix:
+        out.append(("X-Forwarded-Prefix", prefix))
+    return out
+
+
+def upstream_request_head(
+    request_line: str,
+    headers: CIMultiDictProxy[str],
+    *,
+    client_ip: str | None,
+    scheme: str,
+    prefix: str | None,
+    trust_forwarded: bool,
+    default_host: bytes,
+    end: bytes = b"\r\n",
+) -> bytes:
+    """The request head to send upstream, by the rules of :func:`upstream_request_headers`
+    (byte-exact: headers were decoded with ``surrogateescape``). ``default_host`` is sent when
+    the client sent no Host; ``end`` ends the head (the body's framing header, if any, and the
+    blank line)."""
+    tokens = _connection_tokens(headers)
+    drop = HOP_BY_HOP | tokens if tokens else HOP_BY_HOP
+    parts = [request_line]
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in drop or lower.startswith("x-forwarded-"):
+            continue
+        parts.append(f"{name}: {value}\r\n")
+    for name, value in _forwarded(headers, client_ip, scheme, prefix, trust_forwarded):
+        parts.append(f"{name}: {value}\r\n")
+    head = "".join(parts).encode("utf-8", "surrogateescape")
+    return head + end if "Host" in headers else head + b"Host: %s\r\n" % default_host + end
+
+
+def serialize_request_head(
+    method: str,
+    target: str,
+    headers: Mapping[str, str] | CIMultiDict[str],
+    default_host: bytes,
+    end: bytes = b"\r\n",
+) -> bytes:
+    """A request head from headers made in code, ended by ``end`` (as above). A header that
+    would split the head (CR or LF in a name or value) is a bug: it raises ``ValueError``."""
+    parts = [f"{method} {target} HTTP/1.1\r\n"]
+    has_host = False
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise ValueError(f"header {name!r} cannot be sent: it would split the request head")
+        if name.lower() == "host":
+            has_host = True
+        parts.append(f"{name}: {value}\r\n")
+    head = "".join(parts).encode("utf-8", "surrogateescape")
+    return head + end if has_host else head + b"Host: %s\r\n" % default_host + end
+
+
+def needs_empty_length(method: str) -> bool:
+    """A body-less request of this method gets ``Content-Length: 0`` (some servers want it)."""
+    return method not in _BODYLESS_METHODS
 
 
 def upstream_request_headers(
@@ -59,21 +146,8 @@ def upstream_request_headers(
         if lower in drop or lower.startswith("x-forwarded-"):
             continue
         out.add(name, value)
-    forwarded_for = headers.get("X-Forwarded-For") if trust_forwarded else None
-    if client_ip:
-        forwarded_for = f"{forwarded_for}, {client_ip}" if forwarded_for else client_ip
-    if forwarded_for:
-        out["X-Forwarded-For"] = forwarded_for
-    out["X-Forwarded-Proto"] = (
-        headers.get("X-Forwarded-Proto", scheme) if trust_forwarded else scheme
-    )
-    host = headers.get("Host")
-    if trust_forwarded and "X-Forwarded-Host" in headers:
-        host = headers["X-Forwarded-Host"]
-    if host:
-        out["X-Forwarded-Host"] = host
-    if prefix:
-        out["X-Forwarded-Prefix"] = prefix
+    for name, value in _forwarded(headers, client_ip, scheme, prefix, trust_forwarded):
+        out[name] = value
     return out
 
 

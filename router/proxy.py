@@ -1,12 +1,12 @@
 """Forwarding one HTTP exchange: streamed both ways, never buffering a whole body.
 
-Library errors are translated here into warmgate's error tree; the app turns them into replies.
+The upstream side is warmgate's own client (router.upstream); its errors, and aiohttp's for
+websockets, are translated here into warmgate's error tree; the app turns them into replies.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Final
 
 import aiohttp
@@ -15,13 +15,25 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from router.errors import BodyTooLarge, UpstreamError, UpstreamTimeout
-from router.headers import downstream_response_headers
+from router.headers import downstream_response_headers, needs_empty_length, serialize_request_head
 from router.targets import TargetRuntime
+from router.upstream import (
+    ConnectFailed,
+    ConnectTimedOut,
+    Endpoint,
+    Exchange,
+    UpstreamFailure,
+    endpoint,
+    pool_of,
+)
 
 SMALL_BODY: Final = 64 * 1024
 """Upstream bodies of known length up to this are read at once and written in one go."""
 
 COLD_START_HEADER: Final = "X-Warmgate-Cold-Start"
+
+_CHUNKED: Final = b"Transfer-Encoding: chunked\r\n\r\n"
+_EMPTY_LENGTH: Final = b"Content-Length: 0\r\n\r\n"
 
 
 class _LimitedBody:
@@ -46,19 +58,47 @@ class _LimitedBody:
             yield chunk
 
 
-def _translate(exc: BaseException, runtime: TargetRuntime, phase: str) -> Exception:
+def translate(exc: BaseException, runtime: TargetRuntime, phase: str) -> Exception:
     name = runtime.name
     if isinstance(exc, TimeoutError):
-        kind = "connect_timeout" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "timeout"
+        connecting = isinstance(exc, ConnectTimedOut | aiohttp.ConnectionTimeoutError)
+        kind = "connect_timeout" if connecting else "timeout"
         runtime.metrics.upstream_errors.labels(name, kind).inc()
-        if kind == "connect_timeout":
+        if connecting:
             return UpstreamTimeout(f"could not connect to target {name!r} in time", target=name)
         return UpstreamTimeout(f"target {name!r} sent no response {phase} in time", target=name)
-    kind = "connect" if isinstance(exc, aiohttp.ClientConnectorError) else "reset"
-    runtime.metrics.upstream_errors.labels(name, kind).inc()
-    if kind == "connect":
+    connect = isinstance(exc, ConnectFailed | aiohttp.ClientConnectorError)
+    runtime.metrics.upstream_errors.labels(name, "connect" if connect else "reset").inc()
+    if connect:
         return UpstreamError(f"target {name!r} refused the connection", target=name)
     return UpstreamError(f"target {name!r} closed the connection {phase}", target=name)
+
+
+RequestBody = bytes | AsyncIterator[bytes] | None
+"""What follows a request head: bytes, a stream of chunks, or nothing."""
+
+
+_translate = translate  # websocket.py's name for it
+
+
+def request_body(
+    request: web.Request, runtime: TargetRuntime, body: bytes | None = None
+) -> tuple[RequestBody, bool, bytes]:
+    """The body to send after the head, whether it goes chunk-framed, and how the head ends
+    (the framing header, if any, and the blank line). ``body``: one already read instead."""
+    if body is not None:
+        runtime.m_bytes_in.inc(len(body))
+        return body, False, b"Content-Length: %d\r\n\r\n" % len(body)
+    if request.body_exists:
+        length = request.content_length
+        if length is not None:
+            runtime.m_bytes_in.inc(length)
+            return request.content.iter_any(), False, b"\r\n"
+        limited = _LimitedBody(request.content, runtime.spec.limits.max_body, runtime)
+        return limited.chunks(), True, _CHUNKED
+    if request.content_length is None and needs_empty_length(request.method):
+        return None, False, _EMPTY_LENGTH
+    return None, False, b"\r\n"
 
 
 async def forward_http(
@@ -74,51 +114,76 @@ async def forward_http(
 
     ``body``: a request body already read (the OpenAI API reads JSON to place it); the request's
     own body is then not touched, and ``headers`` must not carry a Content-Length."""
-    spec = runtime.spec
-    limited: _LimitedBody | None = None
-    data: object = None
-    if body is not None:
-        data = body
-        runtime.m_bytes_in.inc(len(body))
-    elif request.body_exists:
-        if request.content_length is not None:
-            data = request.content
-            runtime.m_bytes_in.inc(request.content_length)
-        else:
-            limited = _LimitedBody(request.content, spec.limits.max_body, runtime)
-            data = limited.chunks()
-    try:
-        async with asyncio.timeout(spec.timeouts.response_headers):
-            upstream = await session.request(
-                request.method, url, headers=headers, data=data, allow_redirects=False
-            )
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        if limited is not None and limited.exceeded:
-            raise BodyTooLarge(
-                f"request body is larger than {limited.limit} bytes", target=runtime.name
-            ) from exc
-        raise _translate(exc, runtime, "headers") from exc
-    try:
-        return await _respond(request, runtime, upstream, cold_wait)
-    finally:
-        upstream.release()
+    ep = endpoint(f"{url.scheme}://{url.raw_authority}")
+    data, chunked, end = request_body(request, runtime, body)
+    head = serialize_request_head(request.method, url.raw_path_qs, headers, ep.host_header, end)
+    return await forward(request, runtime, session, ep, head, data, chunked, url.path, cold_wait)
 
 
-async def _respond(
+def send(
     request: web.Request,
     runtime: TargetRuntime,
-    upstream: aiohttp.ClientResponse,
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    head: bytes,
+    body: RequestBody,
+    chunked: bool,
+) -> Awaitable[Exchange]:
+    """Send a request (head built, blank line included; body from :func:`request_body`) and
+    wait for the response head. Not a coroutine of its own: a request waiting on a slow
+    upstream keeps one frame less (thousands may wait at once). Raises ``UpstreamFailure``:
+    see :func:`translate`."""
+    timeouts = runtime.spec.timeouts
+    return pool_of(session).request(
+        ep,
+        head,
+        body,
+        chunked=chunked,
+        head_only=request.method == "HEAD",
+        connect_timeout=timeouts.connect,
+        head_timeout=timeouts.response_headers,
+    )
+
+
+async def forward(
+    request: web.Request,
+    runtime: TargetRuntime,
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    head: bytes,
+    body: RequestBody,
+    chunked: bool,
+    path: str,
     cold_wait: float | None,
 ) -> web.StreamResponse:
+    """:func:`send`, then :func:`respond`. ``path``: the upstream path, for the engine."""
+    try:
+        exchange = await send(request, runtime, session, ep, head, body, chunked)
+    except UpstreamFailure as exc:
+        raise translate(exc, runtime, "headers") from exc
+    try:
+        return await respond(request, runtime, exchange, path, cold_wait)
+    finally:
+        exchange.close()
+
+
+async def respond(
+    request: web.Request,
+    runtime: TargetRuntime,
+    upstream: Exchange,
+    path: str,
+    cold_wait: float | None,
+) -> web.StreamResponse:
+    """Stream ``upstream``'s response to the client (the caller closes ``upstream``)."""
     headers = downstream_response_headers(upstream.headers)
     if cold_wait is not None:
         headers[COLD_START_HEADER] = f"{cold_wait:.3f}"
-    length = upstream.content_length
+    length = upstream.length
     if length is not None and length <= SMALL_BODY and request.method != "HEAD":
         try:
-            body = await upstream.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _translate(exc, runtime, "body") from exc
+            body = await upstream.read_all()
+        except UpstreamFailure as exc:
+            raise translate(exc, runtime, "body") from exc
         headers.popall("Content-Length", None)
         runtime.m_bytes_out.inc(len(body))
         return web.Response(
@@ -133,7 +198,7 @@ async def _respond(
     activity = runtime.activity
     # The engine says how an event stream counts: for its whole life (``open``: it stays in
     # flight, e.g. a running Gradio job), while it carries events (``frames``), or never.
-    mode = runtime.engine.stream_activity(upstream.url.path) if stream else "open"
+    mode = runtime.engine.stream_activity(path) if stream else "open"
     counts = mode == "frames"
     if stream:
         stream_key = object()
@@ -148,21 +213,18 @@ async def _respond(
     await response.prepare(request)
     sent = 0
     try:
-        async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
-            sent += len(chunk)
-            if counts:
-                activity.last_frame = runtime.loop.time()
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        if stream or upstream.chunks or not upstream.done:
+            sent = await _body(request, runtime, upstream, response, stream, counts)
+    except (UpstreamFailure, aiohttp.ClientError) as exc:
         # Headers are gone already: the only honest signal left is to cut the connection.
-        _translate(exc, runtime, "body")
+        translate(exc, runtime, "body")
         if request.transport is not None:
             request.transport.close()
         return response
     except ConnectionResetError:
-        return response  # the client went away; the upstream connection is closed by release()
+        return response  # the client went away; the upstream connection is closed by close()
     finally:
-        runtime.m_bytes_out.inc(sent)
+        runtime.m_bytes_out.inc(sent + upstream.sent)
         if stream_key is not None:
             activity.streams.pop(stream_key, None)
             if mode != "open":
@@ -170,3 +232,30 @@ async def _respond(
                 runtime.m_in_flight.inc()
     await response.write_eof()
     return response
+
+
+async def _body(
+    request: web.Request,
+    runtime: TargetRuntime,
+    upstream: Exchange,
+    response: web.StreamResponse,
+    stream: bool,
+    counts: bool,
+) -> int:
+    """Stream the body; returns the bytes written here (``upstream.sent`` counts the rest)."""
+    writer = request.writer
+    send_headers = getattr(writer, "send_headers", None)
+    transport = request.transport
+    if not stream and send_headers is not None and transport is not None:
+        # A plain body goes straight from the upstream socket's callback to the client's
+        # transport: no await per chunk, only when the client is slower than the upstream.
+        send_headers()
+        await upstream.pipe(transport, response.chunked, writer.drain)
+        return 0
+    sent = 0
+    while chunk := await upstream.read():
+        await response.write(chunk)
+        sent += len(chunk)
+        if counts:
+            runtime.activity.last_frame = runtime.loop.time()
+    return sent

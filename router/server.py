@@ -4,6 +4,7 @@ drain (stop accepting, let in-flight requests finish up to ``drain_grace``, exit
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import resource
 import signal
@@ -21,11 +22,33 @@ from router.keys import RUNTIMES
 log = logging.getLogger("warmgate")
 
 
+class _MessageQueue(list[Any]):
+    """aiohttp's per-connection queue of parsed requests, as a list: a deque reserves ~600 bytes
+    per connection up front, and this queue seldom holds more than one request."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Any:
+        return self.pop(0)
+
+    def appendleft(self, item: Any) -> None:
+        self.insert(0, item)
+
+
 class _GuardedHandler(RequestHandler):
     """A connection that must deliver a complete request head within its server's
-    ``header_timeout``."""
+    ``header_timeout``.
+
+    Lean, since every request held or in flight costs one: the message queue is a list, and
+    aiohttp's first keep-alive timer is dropped because the head timer already closes a
+    connection that sends nothing (aiohttp arms its own again after each request)."""
 
     __slots__ = ("_head_timer",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if type(getattr(self, "_messages", None)) is collections.deque:
+            self._messages = _MessageQueue()  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -33,6 +56,10 @@ class _GuardedHandler(RequestHandler):
         self._head_timer: asyncio.TimerHandle | None = self._loop.call_later(
             limit, self._head_too_slow
         )
+        keepalive = getattr(self, "_keepalive_handle", None)
+        if keepalive is not None and limit <= self._keepalive_timeout:
+            keepalive.cancel()
+            self._keepalive_handle = None
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)

@@ -1,0 +1,272 @@
+"""warmgate's own upstream client (router.upstream) through the proxy, against raw HTTP/1.1
+servers on 127.0.0.1 that answer exactly what each test needs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.helpers import serve_app, static_config, wait_until, warmgate
+
+Responder = Callable[[bytes], bytes | None]
+"""Request head -> raw response bytes (None: close the connection without answering)."""
+
+
+class RawUpstream:
+    """Answers each request head with ``respond(head)``; counts connections and requests."""
+
+    def __init__(self, respond: Responder) -> None:
+        self.respond = respond
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+        self.heads: list[bytes] = []
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.lower().split(b"\r\n"):
+                    if line.startswith(b"content-length:"):
+                        length = int(line[15:])
+                if length:
+                    await reader.readexactly(length)
+                self.heads.append(head)
+                answer = self.respond(head)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+@asynccontextmanager
+async def raw_upstream(respond: Responder) -> AsyncIterator[tuple[str, RawUpstream]]:
+    upstream = RawUpstream(respond)
+    server = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", upstream
+    finally:
+        server.close()
+        for writer in upstream.writers:
+            writer.close()
+        await server.wait_closed()
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield session
+
+
+async def test_keep_alive_connections_are_reused(client: aiohttp.ClientSession) -> None:
+    async with (
+        raw_upstream(lambda head: ok(b"hi")) as (url, upstream),
+        warmgate(static_config(url)) as wg,
+    ):
+        for _ in range(20):
+            async with client.get(wg.url + "/x") as resp:
+                assert await resp.read() == b"hi"
+    assert upstream.connections == 1 and len(upstream.heads) == 20
+
+
+async def test_a_closed_idle_connection_is_replaced_without_an_error(
+    client: aiohttp.ClientSession,
+) -> None:
+    async with (
+        raw_upstream(lambda head: ok(b"hi")) as (url, upstream),
+        warmgate(static_config(url)) as wg,
+    ):
+        async with client.get(wg.url + "/x") as resp:
+            assert resp.status == 200
+        for writer in upstream.writers:  # the upstream's keep-alive timeout, say
+            writer.transport.abort()
+        async with client.get(wg.url + "/x") as resp:
+            assert resp.status == 200 and await resp.read() == b"hi"
+
+
+async def test_chunked_and_until_close_bodies_pass_through(client: aiohttp.ClientSession) -> None:
+    chunks = [b"a" * 10, b"b" * 70000, b"c"]
+
+    def respond(head: bytes) -> bytes | None:
+        if head.startswith(b"GET /chunked"):
+            body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+            return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
+        return None
+
+    async with raw_upstream(respond) as (url, _), warmgate(static_config(url)) as wg:
+        resp = await client.get(wg.url + "/chunked")
+        assert resp.status == 200 and await resp.read() == b"".join(chunks)
+
+    async def until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"z" * 100_000)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(until_close, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with warmgate(static_config(f"http://127.0.0.1:{port}")) as wg:
+            for _ in range(2):
+                async with client.get(wg.url + "/eof") as resp:
+                    assert await resp.read() == b"z" * 100_000
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_bodiless_answers_head_204_304_and_100_continue(
+    client: aiohttp.ClientSession,
+) -> None:
+    def respond(head: bytes) -> bytes | None:
+        if head.startswith(b"HEAD"):
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"
+        if b"/204" in head:
+            return b"HTTP/1.1 204 No Content\r\n\r\n"
+        if b"/304" in head:
+            return b'HTTP/1.1 304 Not Modified\r\nETag: "x"\r\n\r\n'
+        return b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after continue")
+
+    async with raw_upstream(respond) as (url, upstream), warmgate(static_config(url)) as wg:
+        async with client.head(wg.url + "/h") as resp:
+            assert resp.status == 200 and resp.headers["Content-Length"] == "1234"
+        for path, status in (("/204", 204), ("/304", 304)):
+            async with client.get(wg.url + path) as resp:
+                assert resp.status == status and await resp.read() == b""
+        async with client.get(wg.url + "/c") as resp:
+            assert resp.status == 200 and await resp.read() == b"after continue"
+    assert upstream.connections == 1  # every one of them left the connection reusable
+
+
+async def test_invalid_or_cut_off_responses(client: aiohttp.ClientSession) -> None:
+    def respond(head: bytes) -> bytes | None:
+        if b"/garbage" in head:
+            return b"SPDY/9 nonsense\r\n\r\n"
+        if b"/short" in head:
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 70000
+        return None
+
+    async def cut_after(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        answer = respond(head)
+        if answer:
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(cut_after, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with warmgate(static_config(f"http://127.0.0.1:{port}")) as wg:
+            async with client.get(wg.url + "/garbage") as resp:
+                assert resp.status == 502
+            async with client.get(wg.url + "/nothing") as resp:
+                assert resp.status == 502
+            with pytest.raises(aiohttp.ClientPayloadError):
+                async with client.get(wg.url + "/short") as resp:
+                    assert resp.status == 200
+                    await resp.read()  # the client connection is cut: no silent truncation
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_max_connections_is_a_limit_and_requests_wait_for_one(
+    client: aiohttp.ClientSession,
+) -> None:
+    release = asyncio.Event()
+    in_progress: list[str] = []
+    most = 0
+    peers: set[object] = set()
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal most
+        assert request.transport is not None
+        peers.add(request.transport.get_extra_info("peername"))
+        in_progress.append(request.path)
+        most = max(most, len(in_progress))
+        await release.wait()
+        in_progress.remove(request.path)
+        return web.Response(text=request.path)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", slow)
+    config = static_config("", limits={"max_connections": 2})
+    async with serve_app(app) as url:
+        config["targets"]["t"]["backend"]["url"] = url
+        async with warmgate(config) as wg:
+            tasks = [asyncio.ensure_future(client.get(f"{wg.url}/r{i}")) for i in range(8)]
+            await wait_until(lambda: len(in_progress) >= 2)
+            await asyncio.sleep(0.2)
+            assert len(in_progress) == 2  # the others wait for a connection
+            release.set()
+            responses = await asyncio.gather(*tasks)
+            bodies = [await r.text() for r in responses]
+    assert sorted(bodies) == sorted(f"/r{i}" for i in range(8))
+    assert most == 2 and len(peers) == 2
+
+
+async def test_chunked_upload_passes_through(client: aiohttp.ClientSession) -> None:
+    async def echo_size(request: web.Request) -> web.Response:
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+        return web.json_response({"size": size, "te": request.headers.get("Transfer-Encoding")})
+
+    app = web.Application()
+    app.router.add_post("/up", echo_size)
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(50):
+            yield b"q" * 10_000
+
+    async with serve_app(app) as url, warmgate(static_config(url)) as wg:
+        async with client.post(wg.url + "/up", data=body()) as resp:
+            assert await resp.json() == {"size": 500_000, "te": "chunked"}
+        async with client.post(wg.url + "/up", data=b"") as resp:
+            assert (await resp.json())["size"] == 0
+
+
+async def test_a_slow_client_holds_back_the_upstream(client: aiohttp.ClientSession) -> None:
+    size = 16 * 2**20
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_length = size
+        await response.prepare(request)
+        for _ in range(size // 2**16):
+            await response.write(b"\x5a" * 2**16)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/big", big)
+    async with serve_app(app) as url, warmgate(static_config(url)) as wg:
+        async with client.get(wg.url + "/big") as resp:
+            received = 0
+            while chunk := await resp.content.read(2**16):
+                received += len(chunk)
+                if received < 2**20:
+                    await asyncio.sleep(0.01)  # slow at first: warmgate must pause, then resume
+        assert received == size
