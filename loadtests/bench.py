@@ -35,7 +35,12 @@ from loadtests.harness import (
     write_report,
 )
 
-SECTION_MODULES = ("loadtests.bench_proxy", "loadtests.bench_held", "loadtests.bench_policy")
+SECTION_MODULES = (
+    "loadtests.bench_proxy",
+    "loadtests.bench_held",
+    "loadtests.bench_coldstart",
+    "loadtests.bench_policy",
+)
 
 
 def parse_args(argv: list[str] | None) -> tuple[Options, list[str]]:
@@ -81,14 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     proxy_cpus, load_cpus = cpu_layout()
     utc = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta: dict[str, Any] = {
-        "utc": utc, "host": platform.node(), "cpus": os.cpu_count(),
+        "utc": utc,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
         "pinning": f"under test on CPU {sorted(proxy_cpus)}, wrk+upstream+client on "
-                   f"{sorted(load_cpus)}" if proxy_cpus and load_cpus else "none (1 CPU)",
-        "python": platform.python_version(), "nginx": version(["nginx", "-v"]),
-        "wrk": version(["wrk", "-v"]), "RLIMIT_NOFILE": nofile,
+        f"{sorted(load_cpus)}"
+        if proxy_cpus and load_cpus
+        else "none (1 CPU)",
+        "python": platform.python_version(),
+        "nginx": version(["nginx", "-v"]),
+        "wrk": version(["wrk", "-v"]),
+        "RLIMIT_NOFILE": nofile,
         "cell": f"{opts.duration}s after {opts.warmup}s warm-up, wrk -t1",
-        "connections": ",".join(map(str, opts.connections)), "held": opts.held,
+        "connections": ",".join(map(str, opts.connections)),
+        "held": opts.held,
         "loadavg at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "warmgate access log": "on"
+        if os.environ.get("WARMGATE_ACCESS_LOG") == "1"
+        else "off (like nginx and the minimal proxy here; WARMGATE_ACCESS_LOG=1 turns it on)",
     }
     if os.getloadavg()[0] > 0.5:
         print(f"!! machine busy (loadavg {meta['loadavg at start']}): figures will be noisy")

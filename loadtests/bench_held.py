@@ -42,9 +42,21 @@ def hold(ctx: Ctx, st: Stack, c: Contender, n: int) -> dict[str, Any]:
     wrk(c.url("/small"), 16, 1, ctx.load_cpus)  # warm-up: lazy imports, first pools
     time.sleep(1.0)
     before, out = sample_rss(c.pid), ctx.workdir / f"held-{c.name}.json"
-    client = st.procs.start(f"held-{c.name}", [
-        PYTHON, "-m", "loadtests.held_client", "--url", c.url(f"/slow?s={HOLD_CAP_S}"),
-        "-n", str(n), "--out", str(out)], cpus=ctx.load_cpus)
+    client = st.procs.start(
+        f"held-{c.name}",
+        [
+            PYTHON,
+            "-m",
+            "loadtests.held_client",
+            "--url",
+            c.url(f"/slow?s={HOLD_CAP_S}"),
+            "-n",
+            str(n),
+            "--out",
+            str(out),
+        ],
+        cpus=ctx.load_cpus,
+    )
     t0 = time.monotonic()
     while time.monotonic() - t0 < RAMP_TIMEOUT_S and client.poll() is None:
         if upstream_held(st) >= n:
@@ -58,19 +70,31 @@ def hold(ctx: Ctx, st: Stack, c: Contender, n: int) -> dict[str, Any]:
     st.procs.stop(f"held-{c.name}")
     res: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"ok": 0, "errors": {}}
     kb = (during - before) / held if held else None
-    return {"n": n, "held": held, "ok": res["ok"], "errors": res["errors"],
-            "ramp_s": round(ramp, 2), "rss_before_mb": round(before / 1024, 1),
-            "rss_held_mb": round(during / 1024, 1), "kb_per_held": kb and round(kb, 2)}
+    return {
+        "n": n,
+        "held": held,
+        "ok": res["ok"],
+        "errors": res["errors"],
+        "ramp_s": round(ramp, 2),
+        "rss_before_mb": round(before / 1024, 1),
+        "rss_held_mb": round(during / 1024, 1),
+        "kb_per_held": kb and round(kb, 2),
+    }
 
 
 def render(rows: dict[str, dict[str, Any]], skipped: dict[str, str]) -> str:
-    out = ["| contender | held at upstream | answered 200 | RSS before | RSS held | KB/held "
-           "| ramp | errors |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| contender | held at upstream | answered 200 | RSS before | RSS held | KB/held "
+        "| ramp | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         kb = "n/a" if r["kb_per_held"] is None else f"{r['kb_per_held']:.2f}"
-        out.append(f"| {name} | {r['held']}/{r['n']} | {r['ok']}/{r['n']} | "
-                   f"{r['rss_before_mb']} MB | {r['rss_held_mb']} MB | {kb} | {r['ramp_s']}s | "
-                   f"{r['errors'] or '-'} |")
+        out.append(
+            f"| {name} | {r['held']}/{r['n']} | {r['ok']}/{r['n']} | "
+            f"{r['rss_before_mb']} MB | {r['rss_held_mb']} MB | {kb} | {r['ramp_s']}s | "
+            f"{r['errors'] or '-'} |"
+        )
     out += ["", "RSS includes child processes (nginx master + worker). direct = the upstream.", ""]
     return "\n".join(out + [f"skipped: {k}: {v}" for k, v in skipped.items()])
 
@@ -86,12 +110,20 @@ def run(ctx: Ctx) -> SectionResult:
     with stack(ctx) as st:
         for c in st.contenders:
             rows[c.name] = r = hold(ctx, st, c, n)
-            ctx.log(f"  {c.name:9} held {r['held']}/{n} answered {r['ok']}/{n} "
-                    f"KB/held {r['kb_per_held']} (ramp {r['ramp_s']}s)")
+            ctx.log(
+                f"  {c.name:9} held {r['held']}/{n} answered {r['ok']}/{n} "
+                f"KB/held {r['kb_per_held']} (ramp {r['ramp_s']}s)"
+            )
         skipped = st.skipped
     wg = rows.get("warmgate", {})
     kb = wg.get("kb_per_held")
     ok = None if kb is None else kb <= KB_GOAL and wg["ok"] == wg["n"] == wg["held"]
-    goals = [Goal(f"warmgate KB RSS per held request ({n} held, all answered)", kb,
-                  f"<= {KB_GOAL:g} KB", ok)]
+    goals = [
+        Goal(
+            f"warmgate KB RSS per held request ({n} held, all answered)",
+            kb,
+            f"<= {KB_GOAL:g} KB",
+            ok,
+        )
+    ]
     return SectionResult(render(rows, skipped), {"rows": rows, "skipped": skipped}, goals)

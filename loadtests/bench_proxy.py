@@ -30,8 +30,10 @@ def render(cells: Cells, conns: tuple[int, ...], skipped: dict[str, str]) -> str
     out = []
     for size, by_name in cells.items():
         out += [f"### {size} ({SIZES[size]}): req/s (p50/p99)", "", head, rule]
-        out += [f"| {name} | " + " | ".join(r[n].cell() if n in r else "-" for n in conns) + " |"
-                for name, r in by_name.items()]
+        out += [
+            f"| {name} | " + " | ".join(r[n].cell() if n in r else "-" for n in conns) + " |"
+            for name, r in by_name.items()
+        ]
         out += ["", f"ratio vs {BASELINE[size]} (req/s):", "", head + " geomean |", rule + "---|"]
         for name in by_name:
             rs = ratios(cells, size, name, conns)
@@ -47,8 +49,12 @@ def render(cells: Cells, conns: tuple[int, ...], skipped: dict[str, str]) -> str
 def goal(cells: Cells, size: str, conns: tuple[int, ...]) -> Goal:
     rs = ratios(cells, size, "warmgate", conns)
     gm = geomean(rs) if rs else None
-    return Goal(f"warmgate / {BASELINE[size]} req/s, {size} (geomean over c)", gm, ">= 1.0x",
-                None if gm is None else gm >= 1.0)
+    return Goal(
+        f"warmgate / {BASELINE[size]} req/s, {size} (geomean over c)",
+        gm,
+        ">= 1.0x",
+        None if gm is None else gm >= 1.0,
+    )
 
 
 def measure(ctx: Ctx, c: Contender, direct: bool, url: str, n: int) -> WrkResult:
@@ -75,8 +81,12 @@ def run(ctx: Ctx) -> SectionResult:
                     ctx.log(f"  {c.name:9} {size:5} c={n:<4} {r.cell()}")
                     cells.setdefault(size, {}).setdefault(c.name, {})[n] = r
         skipped = st.skipped
-    data = {size: {name: {str(n): vars(r) for n, r in rs.items()} for name, rs in by.items()}
-            for size, by in cells.items()}
-    return SectionResult(render(cells, o.connections, skipped),
-                         {"cells": data, "skipped": skipped},
-                         [goal(cells, "small", o.connections), goal(cells, "large", o.connections)])
+    data = {
+        size: {name: {str(n): vars(r) for n, r in rs.items()} for name, rs in by.items()}
+        for size, by in cells.items()
+    }
+    return SectionResult(
+        render(cells, o.connections, skipped),
+        {"cells": data, "skipped": skipped},
+        [goal(cells, "small", o.connections), goal(cells, "large", o.connections)],
+    )

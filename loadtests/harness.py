@@ -93,8 +93,11 @@ def raise_nofile(needed: int = 0) -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if hard < needed:
-        print(f"!! RLIMIT_NOFILE hard limit {hard} < {needed} needed; raise it (ulimit -Hn, "
-              f"/etc/security/limits.conf) or use fewer held requests", flush=True)
+        print(
+            f"!! RLIMIT_NOFILE hard limit {hard} < {needed} needed; raise it (ulimit -Hn, "
+            f"/etc/security/limits.conf) or use fewer held requests",
+            flush=True,
+        )
     return hard
 
 
@@ -169,12 +172,19 @@ class Procs:
         self.workdir = workdir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, argv: Sequence[str], cpus: set[int] | None = None,
-              cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: Sequence[str], cpus: set[int] | None = None, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=cwd or ROOT,
-                                start_new_session=True, preexec_fn=_affinity(cpus))
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd or ROOT,
+            start_new_session=True,
+            preexec_fn=_affinity(cpus),
+        )
         log.close()
         self.procs[name] = proc
         return proc
@@ -198,8 +208,9 @@ class Procs:
             except OSError as e:
                 last = repr(e)
             time.sleep(0.1)
-        raise StartError(f"{name} not ready on :{port}{path} after {timeout}s ({last}):\n"
-                         f"{self.log_tail(name)}")
+        raise StartError(
+            f"{name} not ready on :{port}{path} after {timeout}s ({last}):\n{self.log_tail(name)}"
+        )
 
     def stop(self, name: str) -> None:
         proc = self.procs.pop(name, None)
@@ -268,14 +279,16 @@ def parse_wrk(out: str) -> WrkResult:
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors += int(non2xx.group(1)) if non2xx else 0
-    return WrkResult(float(rps.group(1)), _ms(p50.group(1)), _ms(p99.group(1)),
-                     int(reqs.group(1)), errors)
+    return WrkResult(
+        float(rps.group(1)), _ms(p50.group(1)), _ms(p99.group(1)), int(reqs.group(1)), errors
+    )
 
 
 def wrk(url: str, connections: int, seconds: int, cpus: set[int] | None) -> WrkResult:
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30,
-                         preexec_fn=_affinity(cpus))
+    out = subprocess.run(
+        argv, capture_output=True, text=True, timeout=seconds + 30, preexec_fn=_affinity(cpus)
+    )
     if out.returncode != 0:
         raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr or out.stdout}")
     return parse_wrk(out.stdout)
@@ -284,16 +297,31 @@ def wrk(url: str, connections: int, seconds: int, cpus: set[int] | None) -> WrkR
 # ---------------------------------------------------------------- results
 def write_report(meta: dict[str, Any], results: dict[str, SectionResult]) -> Path:
     goals = [g for r in results.values() for g in r.goals]
-    lines = [f"# warmgate bench {meta['utc']}", "",
-             "| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in meta.items()], ""]
+    lines = [
+        f"# warmgate bench {meta['utc']}",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in meta.items()],
+        "",
+    ]
     for name, r in results.items():
         lines += [f"## {name}", "", r.markdown.rstrip(), ""]
     if goals:
-        lines += ["## goals", "", "| goal | value | target | verdict |", "|---|---|---|---|",
-                  *[g.line() for g in goals], ""]
+        lines += [
+            "## goals",
+            "",
+            "| goal | value | target | verdict |",
+            "|---|---|---|---|",
+            *[g.line() for g in goals],
+            "",
+        ]
     text = "\n".join(lines)
-    data = {"meta": meta, "sections": {n: r.data for n, r in results.items()},
-            "goals": [vars(g) for g in goals]}
+    data = {
+        "meta": meta,
+        "sections": {n: r.data for n, r in results.items()},
+        "goals": [vars(g) for g in goals],
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = meta["utc"].replace(":", "").replace("-", "")
     for stem in (f"bench-{stamp}", "bench-latest"):

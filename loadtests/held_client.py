@@ -44,8 +44,12 @@ async def hold(url: str, n: int, connects: int, limit_s: float) -> dict[str, obj
         t.cancel()
     outcomes = Counter(t.result() for t in done)
     outcomes["timeout"] += len(pending)
-    return {"n": n, "ok": outcomes.pop("ok", 0), "errors": {k: v for k, v in outcomes.items() if v},
-            "elapsed_s": round(time.monotonic() - t0, 2)}
+    return {
+        "n": n,
+        "ok": outcomes.pop("ok", 0),
+        "errors": {k: v for k, v in outcomes.items() if v},
+        "elapsed_s": round(time.monotonic() - t0, 2),
+    }
 
 
 def main() -> None:

@@ -9,21 +9,37 @@ import resource
 import uvloop
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-       "upgrade", "host", "content-length"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 
 
 async def serve(port: int, upstream: str) -> None:
-    session = ClientSession(upstream, connector=TCPConnector(limit=0), auto_decompress=False,
-                            timeout=ClientTimeout(total=None, sock_connect=5))
+    session = ClientSession(
+        upstream,
+        connector=TCPConnector(limit=0),
+        auto_decompress=False,
+        timeout=ClientTimeout(total=None, sock_connect=5),
+    )
 
     async def proxy(request: web.Request) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
         body = request.content if request.body_exists else None
-        async with session.request(request.method, request.rel_url, headers=headers,
-                                   data=body, allow_redirects=False) as up:
-            resp = web.StreamResponse(status=up.status, headers={
-                k: v for k, v in up.headers.items() if k.lower() not in HOP})
+        async with session.request(
+            request.method, request.rel_url, headers=headers, data=body, allow_redirects=False
+        ) as up:
+            resp = web.StreamResponse(
+                status=up.status,
+                headers={k: v for k, v in up.headers.items() if k.lower() not in HOP},
+            )
             resp.content_length = up.content_length
             await resp.prepare(request)
             async for chunk in up.content.iter_any():
