@@ -501,3 +501,49 @@ def test_credentials_from_kubeconfig_otherwise(tmp_path: Path) -> None:
     assert access.kind == "kubeconfig" and access.kubeconfig == Path("/a")
     access = resolve_access({"HOME": "/home/me"}, serviceaccount_dir=tmp_path)
     assert access.kubeconfig == Path("/home/me/.kube/config")
+
+
+# -- pure readings of the watched objects -----------------------------------------------------
+
+
+def test_ready_addresses_follow_the_endpointslice_conditions() -> None:
+    from backends.kubernetes.observe import endpoint_urls, ready_addresses
+
+    def endpoint(address: str, **conditions: Any) -> dict[str, Any]:
+        return {"addresses": [address], "conditions": conditions}
+
+    slices = [
+        {
+            "addressType": "IPv4",
+            "endpoints": [
+                endpoint("10.0.0.10", ready=True),
+                endpoint("10.0.0.9"),  # ready unknown: counts as ready
+                endpoint("10.0.0.11", ready=False),
+                endpoint("10.0.0.12", ready=True, terminating=True),
+            ],
+        },
+        {"addressType": "IPv6", "endpoints": [endpoint("fd00::2", ready=True)]},
+        {"addressType": "FQDN", "endpoints": [endpoint("engine.example.com", ready=True)]},
+    ]
+    addresses = ready_addresses(slices)
+    assert addresses == ["10.0.0.9", "10.0.0.10", "fd00::2"]
+    assert endpoint_urls(spec(), addresses) == (
+        "http://10.0.0.9:8188",
+        "http://10.0.0.10:8188",
+        "http://[fd00::2]:8188",
+    )
+
+
+def test_a_replica_failure_is_reported_once_the_controller_saw_the_spec() -> None:
+    from backends.kubernetes.observe import observe
+
+    condition = {"type": "ReplicaFailure", "status": "True", "message": "exceeded quota: gpu"}
+    deployment = {
+        "metadata": {"name": "comfyui", "generation": 3},
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 2, "conditions": [condition]},
+    }
+    assert observe(spec(), deployment, []).failure is None, "stale: from before the scale-up"
+    deployment["status"]["observedGeneration"] = 3
+    assert observe(spec(), deployment, []).failure == "cannot create pods: exceeded quota: gpu"
+    assert observe(spec(), deployment, [], intent=0).failure is None, "not asked to run"
