@@ -90,6 +90,9 @@ class KubernetesBackend(Frozen):
     """``direct``: warmgate patches ``deployments/<name>/scale`` itself (and refuses to start
     next to an HPA or ScaledObject on the same Deployment); ``keda``: a KEDA ScaledObject owns
     the replica count, and warmgate only watches the Deployment (it is KEDA's scaler)."""
+    target_concurrency: float = Field(default=1.0, gt=0)
+    """``mode: keda``: in-flight + held requests per replica that KEDA should aim for (the
+    metric's target size). 1: one render per GPU."""
 
     @field_validator("namespace", "service")
     @classmethod

@@ -96,7 +96,7 @@ def keda_owns_replicas(target: Target) -> bool:
 def target_concurrency(target: Target) -> float:
     """Requests (in flight + held) per replica that KEDA's HPA aims for; the ``kubernetes``
     backend's ``target_concurrency`` where it has one, else 1 (one render per GPU)."""
-    value = getattr(target.backend, "target_concurrency", None)
+    value = getattr(target.backend, "target_concurrency", None)  # kubernetes backends have it
     return float(value) if isinstance(value, int | float) and value > 0 else 1.0
 
 

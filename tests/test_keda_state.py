@@ -198,3 +198,18 @@ def test_only_a_keda_mode_backend_hands_its_replicas_to_keda() -> None:
     static = target({"kind": "static", "url": "http://127.0.0.1:1"})
     assert not keda_owns_replicas(process) and not keda_owns_replicas(static)
     assert target_concurrency(process) == 1.0
+
+
+def test_target_concurrency_comes_from_the_kubernetes_backend() -> None:
+    keda = target(
+        {
+            "kind": "kubernetes",
+            "namespace": "render",
+            "deployment": "comfyui",
+            "port": 8188,
+            "mode": "keda",
+            "target_concurrency": 4,
+        }
+    )
+    assert keda_owns_replicas(keda)
+    assert target_concurrency(keda) == 4.0
