@@ -10,15 +10,15 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 from yarl import URL
 
 from backends.base import RequestFacts
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
 from router.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
+from router.hold import HoldResult
 from router.match import Match, RouteTable
 from router.metrics import Metrics
-from router.proxy import request_body, respond, send, translate
+from router.proxy import request_body, resend, respond, send, translate
 from router.replies import error_response
 from router.state import TargetState
 from router.targets import TargetRuntime
@@ -73,8 +73,8 @@ class Dispatcher:
         counter.inc()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        # A request waiting on its upstream keeps this frame (thousands may wait at once), so
-        # the work around the awaits is in helpers and few values stay referenced here.
+        # A request waiting on its upstream keeps this frame, and thousands may wait at once:
+        # the work around the awaits is in helpers, so few locals and values stay here.
         started = self.loop.time()
         runtime: TargetRuntime | None = None
         try:
@@ -83,31 +83,43 @@ class Dispatcher:
             state = runtime.servable_now()
             cold_wait: float | None = None
             if state is None:  # cold: a browser loading a page gets the waiting page, or hold
-                facts = self._facts(request, match, websocket)
-                page = self._waiting_page(request, runtime, facts, websocket)
+                page = self._waiting_page(request, runtime, match, websocket)
                 if page is not None:
-                    response = page
-                else:
-                    held = await runtime.acquire(facts)
-                    state, cold_wait = held.state, held.waited if held.cold else None
-            if state is None:
-                pass  # answered with the waiting page
-            elif websocket:
-                url, headers = self._websocket(request, runtime, state, match)
-                session = self.sessions[runtime.name]
-                response = await forward_websocket(
-                    request, runtime, session, url, headers, cold_wait
+                    return self._account(request, runtime, started, page)
+                state, cold_wait = _ready(
+                    await runtime.acquire(self._facts(request, match, websocket))
                 )
-            else:
-                ep = endpoint(runtime.pick_endpoint(state))
-                body, chunked, end = request_body(request, runtime)
-                activity = runtime.activity
-                activity.begin(runtime.loop.time())
-                runtime.m_in_flight.inc()
+            if websocket:
+                return self._account(
+                    request,
+                    runtime,
+                    started,
+                    await self._websocket(request, runtime, state, match, cold_wait),
+                )
+            ep = endpoint(runtime.pick_endpoint(state))
+            body, chunked, end = request_body(request, runtime)
+            runtime.activity.begin(runtime.loop.time())
+            runtime.m_in_flight.inc()
+            try:
+                # send() and respond() rather than forward(): while the upstream thinks, this
+                # frame is the only one of ours.
                 try:
-                    # send() and respond() rather than forward(): one frame less.
-                    try:
-                        exchange = await send(
+                    exchange = await send(
+                        request,
+                        runtime,
+                        self.sessions[runtime.name],
+                        ep,
+                        self._head(request, ep, match, end),
+                        body,
+                        chunked,
+                    )
+                except UpstreamFailure as exc:
+                    raise translate(exc, runtime, "headers") from exc
+                try:
+                    await exchange.head()
+                    if exchange.retryable():  # a keep-alive connection closed meanwhile
+                        exchange.close()
+                        exchange = await resend(
                             request,
                             runtime,
                             self.sessions[runtime.name],
@@ -116,19 +128,29 @@ class Dispatcher:
                             body,
                             chunked,
                         )
+                    try:
+                        exchange.check()
                     except UpstreamFailure as exc:
                         raise translate(exc, runtime, "headers") from exc
-                    try:
-                        response = await respond(
-                            request, runtime, exchange, match.upstream_path, cold_wait
-                        )
-                    finally:
-                        exchange.close()
+                    response = await respond(
+                        request, runtime, exchange, match.upstream_path, cold_wait
+                    )
                 finally:
-                    activity.end(runtime.loop.time())
-                    runtime.m_in_flight.dec()
-        except RequestError as error:
-            response = error_response(request, error)
+                    exchange.close()
+            finally:
+                runtime.activity.end(runtime.loop.time())
+                runtime.m_in_flight.dec()
+        except RequestError as exc:
+            response = error_response(request, exc)
+        return self._account(request, runtime, started, response)
+
+    def _account(
+        self,
+        request: web.Request,
+        runtime: TargetRuntime | None,
+        started: float,
+        response: web.StreamResponse,
+    ) -> web.StreamResponse:
         target = runtime.name if runtime is not None else "-"
         self._count(target, request.method, response.status)
         if runtime is not None:
@@ -174,11 +196,11 @@ class Dispatcher:
         )
 
     def _waiting_page(
-        self, request: web.Request, runtime: TargetRuntime, facts: RequestFacts, websocket: bool
+        self, request: web.Request, runtime: TargetRuntime, match: Match, websocket: bool
     ) -> web.StreamResponse | None:
         if self.waiting_page is None or websocket:
             return None
-        return self.waiting_page(request, runtime, facts)
+        return self.waiting_page(request, runtime, self._facts(request, match, websocket))
 
     def _head(self, request: web.Request, ep: Endpoint, match: Match, end: bytes) -> bytes:
         raw = request.raw_path
@@ -198,13 +220,14 @@ class Dispatcher:
             end=end,
         )
 
-    def _websocket(
+    async def _websocket(
         self,
         request: web.Request,
         runtime: TargetRuntime,
         state: TargetState,
         match: Match,
-    ) -> tuple[URL, CIMultiDict[str]]:
+        cold_wait: float | None,
+    ) -> web.StreamResponse:
         raw = request.raw_path
         mark = raw.find("?")
         query = raw[mark:] if mark >= 0 else ""
@@ -220,7 +243,13 @@ class Dispatcher:
             trust_forwarded=self.trust_forwarded,
             skip=WEBSOCKET_HANDSHAKE,
         )
-        return url, headers
+        session = self.sessions[runtime.name]
+        return await forward_websocket(request, runtime, session, url, headers, cold_wait)
+
+
+def _ready(held: HoldResult) -> tuple[TargetState, float | None]:
+    """The state a hold ended with, and how long it waited when it was a cold start."""
+    return held.state, held.waited if held.cold else None
 
 
 def _scheme(request: web.Request) -> str:

@@ -129,12 +129,12 @@ def send(
     body: RequestBody,
     chunked: bool,
 ) -> Awaitable[Exchange]:
-    """Send a request (head built, blank line included; body from :func:`request_body`) and
-    wait for the response head. Not a coroutine of its own: a request waiting on a slow
-    upstream keeps one frame less (thousands may wait at once). Raises ``UpstreamFailure``:
-    see :func:`translate`."""
+    """Send a request (head built, blank line included; body from :func:`request_body`);
+    the exchange comes back once sent: await ``exchange.head()``, then, unless it is
+    ``retryable()`` (see :func:`resend`), ``exchange.check()``. The waiting request keeps no
+    frame here (thousands may wait at once). Raises ``UpstreamFailure``: :func:`translate`."""
     timeouts = runtime.spec.timeouts
-    return pool_of(session).request(
+    return pool_of(session).open(
         ep,
         head,
         body,
@@ -143,6 +143,32 @@ def send(
         connect_timeout=timeouts.connect,
         head_timeout=timeouts.response_headers,
     )
+
+
+async def resend(
+    request: web.Request,
+    runtime: TargetRuntime,
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    head: bytes,
+    body: RequestBody,
+    chunked: bool,
+) -> Exchange:
+    """The whole exchange up to the response head, sent again as often as a reused keep-alive
+    connection turns out closed; errors translated."""
+    timeouts = runtime.spec.timeouts
+    try:
+        return await pool_of(session).request(
+            ep,
+            head,
+            body,
+            chunked=chunked,
+            head_only=request.method == "HEAD",
+            connect_timeout=timeouts.connect,
+            head_timeout=timeouts.response_headers,
+        )
+    except UpstreamFailure as exc:
+        raise translate(exc, runtime, "headers") from exc
 
 
 async def forward(
@@ -156,11 +182,8 @@ async def forward(
     path: str,
     cold_wait: float | None,
 ) -> web.StreamResponse:
-    """:func:`send`, then :func:`respond`. ``path``: the upstream path, for the engine."""
-    try:
-        exchange = await send(request, runtime, session, ep, head, body, chunked)
-    except UpstreamFailure as exc:
-        raise translate(exc, runtime, "headers") from exc
+    """:func:`resend`, then :func:`respond`. ``path``: the upstream path, for the engine."""
+    exchange = await resend(request, runtime, session, ep, head, body, chunked)
     try:
         return await respond(request, runtime, exchange, path, cold_wait)
     finally:
@@ -210,19 +233,19 @@ async def respond(
             upstream.close()
 
         activity.streams[stream_key] = close
-    await response.prepare(request)
     sent = 0
     try:
+        await response.prepare(request)
         if stream or upstream.chunks or not upstream.done:
             sent = await _body(request, runtime, upstream, response, stream, counts)
-    except (UpstreamFailure, aiohttp.ClientError) as exc:
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client went away; the caller's close() ends the upstream exchange
+    except UpstreamFailure as exc:
         # Headers are gone already: the only honest signal left is to cut the connection.
         translate(exc, runtime, "body")
         if request.transport is not None:
             request.transport.close()
-        return response
-    except ConnectionResetError:
-        return response  # the client went away; the upstream connection is closed by close()
     finally:
         runtime.m_bytes_out.inc(sent + upstream.sent)
         if stream_key is not None:
@@ -230,7 +253,6 @@ async def respond(
             if mode != "open":
                 activity.begin(runtime.loop.time())  # balanced by the caller's end()
                 runtime.m_in_flight.inc()
-    await response.write_eof()
     return response
 
 

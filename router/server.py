@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import resource
 import signal
@@ -35,6 +36,17 @@ class _MessageQueue(list[Any]):
         self.insert(0, item)
 
 
+_SOCKNAMES: dict[Any, Any] = {}
+_PEERS: dict[Any, Any] = {}
+
+
+def _shared(cache: dict[Any, Any], value: Any) -> Any:
+    """One object per distinct value (bounded: the cache is emptied when it grows large)."""
+    if len(cache) >= 4096:
+        cache.clear()
+    return cache.setdefault(value, value)
+
+
 class _GuardedHandler(RequestHandler):
     """A connection that must deliver a complete request head within its server's
     ``header_timeout``.
@@ -60,6 +72,29 @@ class _GuardedHandler(RequestHandler):
         if keepalive is not None and limit <= self._keepalive_timeout:
             keepalive.cancel()
             self._keepalive_handle = None
+            self._next_keepalive_close_time = 0.0
+
+    # aiohttp keeps both addresses per connection and each request refers to them: shared
+    # objects here make a held request ~300 bytes lighter. request.remote is unchanged.
+
+    @property
+    def sockname(self) -> Any:
+        """The local address: one tuple shared by the listener's connections."""
+        transport = self.transport
+        if transport is None:
+            return None
+        name = transport.get_extra_info("sockname")
+        return _shared(_SOCKNAMES, name) if isinstance(name, tuple) else name
+
+    @property
+    def peername(self) -> Any:
+        """The client's host alone (aiohttp's ``request.remote`` is the same), one string shared
+        by that client's connections; the transport still has the full address."""
+        transport = self.transport
+        if transport is None:
+            return None
+        name = transport.get_extra_info("peername")
+        return _shared(_PEERS, name[0]) if isinstance(name, tuple) and name else name
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -130,6 +165,7 @@ class Server:
             shutdown_timeout=settings.drain_grace,
             keepalive_timeout=settings.keepalive_timeout,
             access_log=None,
+            timeout_ceil_threshold=5.0,  # aiohttp's default, as a float: not one per connection
         )
         admin = web.AppRunner(self.apps.admin, access_log=None, shutdown_timeout=2.0)
         self._runners = [public, admin]
@@ -185,6 +221,11 @@ async def serve(config: Config) -> None:
     except OSError as exc:
         await server.stop()
         raise ListenError(f"cannot listen: {exc.strerror or exc}") from exc
+    # Everything imported and built so far lives as long as the process: keep it out of the
+    # cyclic GC's full collections, which would otherwise walk it (~70 ms on a slow core) while
+    # requests wait.
+    gc.collect()
+    gc.freeze()
     await stop.wait()
     log.info("stopping: draining in-flight requests (up to %.0fs)", config.server.drain_grace)
     await server.stop()

@@ -108,6 +108,12 @@ class _NoFlowControl:
 
 
 _NO_FLOW: Final = _NoFlowControl()
+
+
+async def _settled() -> None:
+    """What :meth:`Exchange.head` returns when there is nothing left to wait for."""
+
+
 _response_parser: Any = HttpResponseParser  # the C (llhttp) parser when aiohttp has it
 
 
@@ -221,6 +227,20 @@ class _Connection(asyncio.BufferedProtocol):
         return self._on_lost
 
 
+class _Sink:
+    """Where :meth:`Exchange.pipe` writes: the client's transport, and how."""
+
+    __slots__ = ("chunked", "high", "paused", "sent", "transport")
+
+    def __init__(self, transport: asyncio.Transport, chunked: bool, high: int) -> None:
+        self.transport = transport
+        self.chunked = chunked
+        self.high = high
+        """Above this many bytes queued in the transport, the upstream is not read."""
+        self.paused = False
+        self.sent = 0
+
+
 class Exchange:
     """One request sent and its response: the head first, then the body as it arrives.
 
@@ -237,22 +257,19 @@ class Exchange:
         "_remaining",
         "_reusable",
         "_sink",
-        "_sink_chunked",
-        "_sink_high",
-        "_sink_paused",
         "_waiter",
+        "_watch",
         "buffered",
         "chunks",
         "conn",
         "done",
         "error",
-        "got_data",
         "headers",
         "keep_alive",
         "length",
         "reason",
+        "replayable",
         "request_sent",
-        "sent",
         "status",
     )
 
@@ -266,12 +283,13 @@ class Exchange:
         self._reading = False
         """Someone reads the body (read, read_all, pipe): keep the upstream socket read."""
         self._reusable = True
-        self._sink: asyncio.Transport | None = None
-        self._sink_chunked = False
-        self._sink_high = 0
-        self._sink_paused = False
+        self._sink: _Sink | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._watch: dict[Exchange, float] | None = None
+        """The pool's deadlines this exchange is in while its head is awaited."""
         self._body_task: asyncio.Task[None] | None = None
+        self.replayable = False
+        """The request can be sent again: no streamed body, on a reused keep-alive connection."""
         self.status = 0
         self.reason = ""
         self.headers: CIMultiDictProxy[str] = cast(CIMultiDictProxy[str], None)
@@ -284,15 +302,12 @@ class Exchange:
         self.done = False
         """The whole body has arrived (a body-less response is done with its head)."""
         self.error: BaseException | None = None
-        self.got_data = False
         self.request_sent = False
-        self.sent = 0
 
     # -- from the connection (synchronous, in buffer_updated) -------------------------------
 
     def _received(self, pool: UpstreamPool, start: int, stop: int) -> None:
         """``pool.read_buffer[start:stop]`` arrived; it must be consumed before returning."""
-        self.got_data = True
         view = pool.read_view
         while start < stop and self.error is None:
             if self.done:  # bytes after a complete response: never pipelined, so not HTTP
@@ -358,9 +373,7 @@ class Exchange:
         self.headers = message.headers
         self.keep_alive = not message.should_close
         self._payload = payload
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wake()
 
     def _pull(self) -> None:
         """Move what the parser framed into the body; past a Content-Length head, skip it."""
@@ -395,26 +408,27 @@ class Exchange:
                 self.conn.pause_reading()
             self._wake()
             return
-        if sink.is_closing():
+        transport = sink.transport
+        if transport.is_closing():
             self.error = ConnectionResetError("the client went away")
             self._reusable = False
             if self.conn is not None:
                 self.conn.close()
             self._wake()
             return
-        if self._sink_chunked:
-            sink.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        if sink.chunked:
+            transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
         else:
-            sink.write(data)
-        self.sent += len(data)
-        pending = sink.get_write_buffer_size()
+            transport.write(data)
+        sink.sent += len(data)
+        pending = transport.get_write_buffer_size()
         if pending:
             conn = self.conn
             if type(data) is memoryview and conn is not None:
                 conn.pool.renew_read_buffer()  # the transport may keep a view of the old one
-            if pending > self._sink_high and conn is not None:
+            if pending > sink.high and conn is not None:
                 conn.pause_reading()
-                self._sink_paused = True
+                sink.paused = True
                 self._wake()
 
     def _finish(self) -> None:
@@ -484,6 +498,11 @@ class Exchange:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+        if self.status or self.error is not None:  # the head is in, or will never be
+            watch = self._watch
+            if watch is not None:
+                self._watch = None
+                watch.pop(self, None)
 
     async def _wait(self) -> None:
         waiter = self._waiter = asyncio.get_running_loop().create_future()
@@ -539,6 +558,35 @@ class Exchange:
 
     # -- for the proxy -----------------------------------------------------------------------
 
+    def head(self) -> Awaitable[None]:
+        """Wait for the response head; then :meth:`check` says how it went. Not a coroutine:
+        a request waiting on a slow upstream keeps no frame of this module."""
+        if self.status or self.error is not None:
+            return _settled()
+        waiter = self._waiter  # nothing else waits before the head
+        if waiter is None:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        return waiter
+
+    @property
+    def got_data(self) -> bool:
+        """Some of a response arrived (the parser starts with its first byte)."""
+        return bool(self.status) or self._parser is not None or self._remaining >= 0
+
+    @property
+    def sent(self) -> int:
+        """Body bytes written by :meth:`pipe`."""
+        return self._sink.sent if self._sink is not None else 0
+
+    def retryable(self) -> bool:
+        """Broken before any byte of a response, on a reused connection: send it again."""
+        return self.replayable and not self.got_data and isinstance(self.error, ConnectionBroken)
+
+    def check(self) -> None:
+        """Raise what kept the response head from arriving, if anything did."""
+        if not self.status:
+            raise self.error or ConnectionBroken("no response head yet")
+
     def take(self) -> bytes:
         """The body bytes buffered so far (the whole body once ``done``)."""
         chunks = self.chunks
@@ -580,19 +628,18 @@ class Exchange:
         """Write the rest of the body into ``transport`` as it arrives (chunk-framed when
         ``chunked``); ``drain`` waits until the client has taken enough. Returns bytes written."""
         try:
-            self._sink_high = transport.get_write_buffer_limits()[1]
+            high = transport.get_write_buffer_limits()[1]
         except (AttributeError, NotImplementedError):
-            self._sink_high = 64 * 1024
-        self._sink_chunked = chunked
-        self._sink = transport
+            high = 64 * 1024
+        sink = self._sink = _Sink(transport, chunked, high)
         self._reading = True
         pending = self.take()
         if pending:
             self._body(pending)
         while self.error is None and not self.done:
-            if self._sink_paused:
+            if sink.paused:
                 await drain()
-                self._sink_paused = False
+                sink.paused = False
                 if transport.is_closing():
                     raise ConnectionResetError("the client went away")
                 if self.conn is not None:
@@ -601,7 +648,7 @@ class Exchange:
             await self._wait()
         if self.error is not None:
             raise self.error
-        return self.sent
+        return sink.sent
 
     def close(self) -> None:
         """Done with this exchange: its connection goes back to the pool or is closed."""
@@ -646,6 +693,34 @@ class UpstreamPool:
         self.read_view = memoryview(self.read_buffer)
         self.head_view = self.read_view[:HEAD_READ_SIZE]
 
+    async def open(
+        self,
+        ep: Endpoint,
+        head: bytes,
+        body: bytes | AsyncIterable[bytes] | None = None,
+        *,
+        chunked: bool = False,
+        head_only: bool = False,
+        connect_timeout: float | None = None,
+        head_timeout: float | None = None,
+    ) -> Exchange:
+        """Send ``head`` (the request line and headers, blank line included) and ``body`` on a
+        pooled or new connection; returns once sent (await :meth:`Exchange.head`, then
+        :meth:`Exchange.check`). See :meth:`request` for the whole exchange with its retry."""
+        if self._closed:
+            raise ConnectionBroken("warmgate is shutting down")
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        conn = await self._checkout(ep, connect_timeout)
+        exchange = Exchange(conn, head_only)
+        exchange.replayable = conn.used > 0 and (body is None or isinstance(body, bytes))
+        conn.used += 1
+        conn.exchange = exchange
+        exchange._send(conn.transport, head, body, chunked)
+        if head_timeout is not None:
+            self._watch(exchange, head_timeout)
+        return exchange
+
     async def request(
         self,
         ep: Endpoint,
@@ -657,44 +732,38 @@ class UpstreamPool:
         connect_timeout: float | None = None,
         head_timeout: float | None = None,
     ) -> Exchange:
-        """Send ``head`` (the request line and headers, blank line included) and ``body``;
-        returns once the response head is in. A request without a streamed body is sent again
-        on a fresh connection when a reused one turns out to have been closed by the upstream."""
-        if self._closed:
-            raise ConnectionBroken("warmgate is shutting down")
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        replayable = body is None or isinstance(body, bytes)
-        while True:
-            conn = await self._checkout(ep, connect_timeout)
-            reused = conn.used > 0
-            conn.used += 1
-            exchange = Exchange(conn, head_only)
-            conn.exchange = exchange
-            exchange._send(conn.transport, head, body, chunked)
-            if not reused:  # never sent again: not kept while the response is awaited
-                head = b""
-            if head_timeout is not None:
-                self._watch(exchange, head_timeout)
-            try:
-                while not exchange.status and exchange.error is None:
-                    exchange._waiter = loop.create_future()
-                    await exchange._waiter
-                if not exchange.status:
-                    raise cast(BaseException, exchange.error)
-            except ConnectionBroken:
-                exchange.close()
-                if reused and replayable and not exchange.got_data:
-                    continue  # a keep-alive connection the upstream had closed meanwhile
+        """:meth:`open`, then wait for the response head. A request sent on a reused
+        keep-alive connection that the upstream had closed meanwhile (nothing came back) is
+        sent again: :meth:`retry`."""
+        exchange = await self.open(
+            ep,
+            head,
+            body,
+            chunked=chunked,
+            head_only=head_only,
+            connect_timeout=connect_timeout,
+            head_timeout=head_timeout,
+        )
+        try:
+            await exchange.head()
+            exchange.check()
+        except ConnectionBroken:
+            exchange.close()
+            if not exchange.retryable():
                 raise
-            except BaseException:
-                exchange.close()
-                raise
-            finally:
-                if head_timeout is not None:
-                    self._unwatch(exchange, head_timeout)
-            return exchange
+            return await self.request(
+                ep,
+                head,
+                body,
+                chunked=chunked,
+                head_only=head_only,
+                connect_timeout=connect_timeout,
+                head_timeout=head_timeout,
+            )
+        except BaseException:
+            exchange.close()
+            raise
+        return exchange
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -822,16 +891,12 @@ class UpstreamPool:
         if waiting is None:
             waiting = self._heads[timeout] = {}
         waiting[exchange] = deadline
+        exchange._watch = waiting
         if self._head_timer is None or deadline < self._head_timer_at:
             if self._head_timer is not None:
                 self._head_timer.cancel()
             self._head_timer_at = deadline
             self._head_timer = loop.call_at(deadline, self._expire_heads)
-
-    def _unwatch(self, exchange: Exchange, timeout: float) -> None:
-        waiting = self._heads.get(timeout)
-        if waiting is not None:
-            waiting.pop(exchange, None)
 
     def _expire_heads(self) -> None:
         loop = cast(asyncio.AbstractEventLoop, self._loop)
@@ -845,6 +910,7 @@ class UpstreamPool:
                     soonest = deadline if soonest is None else min(soonest, deadline)
                     break
                 del waiting[exchange]
+                exchange._watch = None
                 exchange._timed_out(timeout)
         if soonest is not None:
             self._head_timer_at = soonest
