@@ -4,7 +4,7 @@ servers on 127.0.0.1 that answer exactly what each test needs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -58,14 +58,42 @@ class RawUpstream:
 @asynccontextmanager
 async def raw_upstream(respond: Responder) -> AsyncIterator[tuple[str, RawUpstream]]:
     upstream = RawUpstream(respond)
-    server = await asyncio.start_server(upstream.serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    async with serve_raw(upstream.serve) as url:
+        yield url, upstream
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def serve_raw(handler: Handler) -> AsyncIterator[str]:
+    """A raw server; every connection it accepted is closed and its handler done on exit."""
+    tasks: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        writers.append(writer)
+        try:
+            await handler(reader, writer)
+        except (asyncio.CancelledError, ConnectionError):
+            pass  # cancelled by this helper's exit, or the peer left: nothing to report
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
     try:
-        yield f"http://127.0.0.1:{port}", upstream
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
-        for writer in upstream.writers:
+        for writer in writers:
             writer.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True)
         await server.wait_closed()
 
 
@@ -124,16 +152,10 @@ async def test_chunked_and_until_close_bodies_pass_through(client: aiohttp.Clien
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(until_close, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with warmgate(static_config(f"http://127.0.0.1:{port}")) as wg:
-            for _ in range(2):
-                async with client.get(wg.url + "/eof") as resp:
-                    assert await resp.read() == b"z" * 100_000
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with serve_raw(until_close) as url, warmgate(static_config(url)) as wg:
+        for _ in range(2):
+            async with client.get(wg.url + "/eof") as resp:
+                assert await resp.read() == b"z" * 100_000
 
 
 async def test_bodiless_answers_head_204_304_and_100_continue(
@@ -175,21 +197,15 @@ async def test_invalid_or_cut_off_responses(client: aiohttp.ClientSession) -> No
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(cut_after, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with warmgate(static_config(f"http://127.0.0.1:{port}")) as wg:
-            async with client.get(wg.url + "/garbage") as resp:
-                assert resp.status == 502
-            async with client.get(wg.url + "/nothing") as resp:
-                assert resp.status == 502
-            with pytest.raises(aiohttp.ClientPayloadError):
-                async with client.get(wg.url + "/short") as resp:
-                    assert resp.status == 200
-                    await resp.read()  # the client connection is cut: no silent truncation
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with serve_raw(cut_after) as url, warmgate(static_config(url)) as wg:
+        async with client.get(wg.url + "/garbage") as resp:
+            assert resp.status == 502
+        async with client.get(wg.url + "/nothing") as resp:
+            assert resp.status == 502
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with client.get(wg.url + "/short") as resp:
+                assert resp.status == 200
+                await resp.read()  # the client connection is cut: no silent truncation
 
 
 async def test_max_connections_is_a_limit_and_requests_wait_for_one(
@@ -270,3 +286,30 @@ async def test_a_slow_client_holds_back_the_upstream(client: aiohttp.ClientSessi
                 if received < 2**20:
                     await asyncio.sleep(0.01)  # slow at first: warmgate must pause, then resume
         assert received == size
+
+
+async def test_a_head_in_pieces_and_a_body_until_close(client: aiohttp.ClientSession) -> None:
+    pieces = {
+        b"/split": [b"HTTP/1.1 200 OK\r\nContent-Le", b"ngth: 5\r\n\r", b"\nhello"],
+        b"/eof": [b"HTTP/1.0 200 OK\r\n", b"\r\nuntil ", b"close"],
+    }
+
+    async def piecewise(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            path = head.split(b" ")[1]
+            for piece in pieces[path]:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+            if path == b"/eof":
+                break
+        writer.close()
+
+    async with serve_raw(piecewise) as url, warmgate(static_config(url)) as wg:
+        for path, body in (("/split", b"hello"), ("/eof", b"until close"), ("/split", b"hello")):
+            async with client.get(wg.url + path) as resp:
+                assert resp.status == 200 and await resp.read() == body
