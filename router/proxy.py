@@ -213,10 +213,13 @@ async def respond(
             status=upstream.status, reason=upstream.reason, body=body, headers=headers
         )
 
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    stream = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+    # Body bytes already here go out with the head, in one write; otherwise (and for event
+    # streams, whose clients want the head at once) the head is sent as soon as it is ready.
+    kind = _WithFirstBytes if upstream.chunks and not stream else web.StreamResponse
+    response = kind(status=upstream.status, reason=upstream.reason, headers=headers)
     if length is None and request.version >= aiohttp.HttpVersion11:
         response.enable_chunked_encoding()
-    stream = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
     stream_key: object | None = None
     activity = runtime.activity
     # The engine says how an event stream counts: for its whole life (``open``: it stays in
@@ -256,6 +259,12 @@ async def respond(
     return response
 
 
+class _WithFirstBytes(web.StreamResponse):
+    """A response whose head waits for its first body bytes, to leave in the same write."""
+
+    _send_headers_immediately = False
+
+
 async def _body(
     request: web.Request,
     runtime: TargetRuntime,
@@ -271,9 +280,12 @@ async def _body(
     if not stream and send_headers is not None and transport is not None:
         # A plain body goes straight from the upstream socket's callback to the client's
         # transport: no await per chunk, only when the client is slower than the upstream.
+        first = upstream.take()
+        if first:
+            await response.write(first)  # with the head (see _WithFirstBytes)
         send_headers()
         await upstream.pipe(transport, response.chunked, writer.drain)
-        return 0
+        return len(first)
     sent = 0
     while chunk := await upstream.read():
         await response.write(chunk)
