@@ -271,6 +271,8 @@ class Lifecycle:
             self._next_busy_poll = now + rt.spec.scaling.busy_poll
             if await self._engine_busy(rt.state.endpoints[0]):
                 rt.activity.busy_until = self.now + self._busy_window
-        active = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
-        state = "busy" if active is None or now - active < 1.0 else "idle"
-        rt.metrics.gpu_seconds.labels(rt.name, state).inc(max(0.0, elapsed))
+        idle_since = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
+        elapsed = max(0.0, elapsed)
+        idle = 0.0 if idle_since is None else min(elapsed, max(0.0, now - idle_since))
+        rt.metrics.gpu_seconds.labels(rt.name, "busy").inc(elapsed - idle)
+        rt.metrics.gpu_seconds.labels(rt.name, "idle").inc(idle)
