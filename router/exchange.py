@@ -228,6 +228,12 @@ class Exchange:
         self.reason = message.reason
         self.headers = message.headers
         self.keep_alive = not message.should_close
+        if message.chunked or message.headers.get("Content-Type", "").startswith(
+            "text/event-stream"
+        ):
+            # Parsed (so copied) anyway, or latency matters more than a copy: keep reading
+            # rather than leaving what follows the head in the socket until it is asked for.
+            self._reading = True
         if code == 101:  # switched to another protocol: nothing more of ours on it
             self.keep_alive = False
         if self._head_only or code in (204, 304) or code < 200:
