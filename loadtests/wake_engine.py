@@ -9,6 +9,7 @@ which the first other request arrived: their difference is warmgate's wake laten
 observed -> first held request forwarded"), measured from outside warmgate.
 
     python -m loadtests.wake_engine --port P [--ready-after S] [--ready-file F] [--record R]
+                                    [--cpus 1,2]
 """
 
 from __future__ import annotations
@@ -125,7 +126,11 @@ def main() -> None:
     ap.add_argument("--ready-after", type=float, default=0.0, help="seconds after start")
     ap.add_argument("--ready-file", help="also wait until this file exists")
     ap.add_argument("--record", help="append one JSON line per process: ready_at, first_at")
-    uvloop.run(serve(ap.parse_args()))
+    ap.add_argument("--cpus", help="run on these CPUs (comma-separated), not warmgate's")
+    args = ap.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
+    uvloop.run(serve(args))
 
 
 if __name__ == "__main__":

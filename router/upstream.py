@@ -189,12 +189,12 @@ class _Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def close(self) -> None:
-        if not self.lost:
+        if not self.lost and self.transport is not None:
             self.transport.close()
 
     def closed(self) -> Awaitable[None] | None:
         """Close; returns what to await until the connection is gone (None: gone already)."""
-        if self.lost:
+        if self.lost or self.transport is None:  # gone, or still connecting (cancelled then)
             return None
         if self._on_lost is None:
             self._on_lost = self._loop.create_future()
