@@ -93,6 +93,7 @@ class Exchange:
         "_body_task",
         "_head_only",
         "_head_part",
+        "_loop",
         "_parser",
         "_payload",
         "_reading",
@@ -116,6 +117,7 @@ class Exchange:
     )
 
     def __init__(self, conn: _Connection, head_only: bool) -> None:
+        self._loop = conn._loop  # asyncio.get_running_loop() costs a getpid() syscall each time
         self.conn: _Connection | None = conn
         self._head_only = head_only
         self._parser: Any = None
@@ -199,7 +201,7 @@ class Exchange:
         framed = not self._head_only and b"transfer-encoding" in head.lower()
         parser = _response_parser(
             _NO_FLOW,
-            asyncio.get_running_loop(),
+            self._loop,
             PARSER_LIMIT,
             response_with_body=framed,
             read_until_eof=True,
@@ -384,7 +386,7 @@ class Exchange:
                 watch.pop(self, None)
 
     async def _wait(self) -> None:
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = self._loop.create_future()
         try:
             await waiter
         finally:
@@ -408,7 +410,7 @@ class Exchange:
             self.request_sent = True
         else:
             transport.write(head)
-            self._body_task = asyncio.get_running_loop().create_task(self._send_body(body, chunked))
+            self._body_task = self._loop.create_task(self._send_body(body, chunked))
 
     async def _send_body(self, chunks: AsyncIterable[bytes], chunked: bool) -> None:
         conn = self.conn
@@ -444,7 +446,7 @@ class Exchange:
             return _settled()
         waiter = self._waiter  # nothing else waits before the head
         if waiter is None:
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            waiter = self._waiter = self._loop.create_future()
         return waiter
 
     @property
