@@ -5,8 +5,8 @@ The router calls these factories and then speaks only the protocols of ``backend
 
 from __future__ import annotations
 
-from backends.base import Backend, Cloud, Engine
-from backends.specs import BackendSpec, EngineSpec
+from backends.base import Backend, Cloud, Engine, Membership
+from backends.specs import BackendSpec, EngineSpec, ReplicasSpec
 
 
 def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
@@ -23,6 +23,13 @@ def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
 
         return KubernetesBackend(target, spec)
     raise ValueError(f"unknown backend kind {spec.kind!r}")  # config validation prevents this
+
+
+def make_membership(spec: ReplicasSpec) -> Membership:
+    """Several warmgate replicas: peers from the EndpointSlices, leadership from a Lease."""
+    from backends.kubernetes import KubernetesMembership
+
+    return KubernetesMembership(spec)
 
 
 def make_engine(spec: EngineSpec) -> Engine:

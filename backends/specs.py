@@ -173,3 +173,54 @@ class EngineSpec(Frozen):
     """comfyui: absolute path of an API-format workflow run before the target counts as ready."""
     warmup: GradioWarmup | None = None
     """gradio: an API call made before the target counts as ready."""
+
+
+class ReplicasSpec(Frozen):
+    """Several warmgate replicas in one cluster (docs/replicas.md): they find each other through
+    the EndpointSlices of warmgate's own headless Service, read each other's activity from the
+    admin listener, and only the holder of a ``coordination.k8s.io/v1`` Lease decides a
+    scale-down, once every replica says the target is idle."""
+
+    namespace: str
+    """Namespace of warmgate's own Service and of the Lease."""
+    service: str
+    """The headless Service that selects warmgate's pods; its EndpointSlices list the replicas."""
+    port: int | str = "admin"
+    """The Service's port (its name, or the number) that serves ``admin_listen``."""
+    identity: str | None = None
+    """This replica's name, as its pod is named in the EndpointSlices' ``targetRef``; default:
+    ``$POD_NAME`` (the Downward API), else the host name."""
+    lease: str = "warmgate-leader"
+    """The Lease whose holder decides scale-downs."""
+    lease_duration: Duration = 15.0
+    """A leader that stops renewing loses the Lease this long after its last renewal."""
+    renew_interval: Duration = 5.0
+    """How often the leader renews the Lease (and the others look whether it expired)."""
+    poll_interval: Duration = 1.0
+    """How often each replica reads the other replicas' activity."""
+    peer_grace: Duration = 30.0
+    """A replica that cannot be reached (or left the Service) counts as active this long after
+    it last answered: a GPU is never released on missing information."""
+    fence_timeout: Duration = 10.0
+    """A replica told by the leader that a release is coming holds new requests for the target
+    at most this long; then, if the release did not happen, it serves again."""
+
+    @field_validator("namespace", "service", "lease")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"expected a DNS label (lowercase letters, digits, '-'), got {value!r}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _timing(self) -> ReplicasSpec:
+        if self.renew_interval <= 0 or self.poll_interval <= 0:
+            raise ValueError("renew_interval and poll_interval must be above 0")
+        if self.renew_interval * 2 > self.lease_duration:
+            raise ValueError(
+                "renew_interval must be at most half of lease_duration (a leader that misses "
+                "one renewal must still hold the Lease)"
+            )
+        return self

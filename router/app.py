@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from backends.registry import make_backend, make_engine
+from backends.registry import make_backend, make_engine, make_membership
 from router.admin import build_admin_app
 from router.config import Config
 from router.dispatch import Dispatcher
@@ -20,6 +20,7 @@ from router.lifecycle import Lifecycle
 from router.match import RouteTable
 from router.metrics import Metrics
 from router.openai_api import build_openai_api
+from router.replicas import Replicas, add_routes
 from router.targets import TargetRuntime
 from router.upstream import UpstreamConnector
 from router.waiting import PREFIX, WaitingPages
@@ -34,6 +35,7 @@ class Apps:
     public: web.Application
     admin: web.Application
     readiness: Readiness
+    replicas: Replicas | None = None
 
 
 def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
@@ -62,7 +64,12 @@ def build_apps(config: Config) -> Apps:
         backend = make_backend(name, target.backend, config.base_dir)
         engine = make_engine(target.engine_spec(config.base_dir))
         runtimes[name] = TargetRuntime(name, target, backend, engine, metrics, loop)
-    readiness = Readiness(runtimes=runtimes)
+    replicas = (
+        Replicas(make_membership(config.replicas), config.replicas, runtimes, metrics)
+        if config.replicas is not None
+        else None
+    )
+    readiness = Readiness(runtimes=runtimes, replicas=replicas)
     sessions: dict[str, aiohttp.ClientSession] = {}
     dispatcher = Dispatcher(
         RouteTable(config),
@@ -76,16 +83,22 @@ def build_apps(config: Config) -> Apps:
     async def run_targets(app: web.Application) -> AsyncIterator[None]:
         for name, runtime in runtimes.items():
             sessions[name] = _session(runtime)
-        lifecycles = [Lifecycle(runtime) for runtime in runtimes.values()]
+        lifecycles = [Lifecycle(runtime, replicas) for runtime in runtimes.values()]
         try:
+            if replicas is not None:  # the others' activity is known before a drain is decided
+                await replicas.open()
             for lifecycle in lifecycles:
                 await lifecycle.open()
         except BaseException:  # a backend refused to start: leave nothing running behind
             await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
+            if replicas is not None:
+                await replicas.close()
             await asyncio.gather(*(session.close() for session in sessions.values()))
             raise
         yield
         await asyncio.gather(*(lifecycle.close() for lifecycle in lifecycles))
+        if replicas is not None:  # after the drain: the leadership is handed over at once
+            await replicas.close()
         await asyncio.gather(*(session.close() for session in sessions.values()))
 
     async def close_streams(app: web.Application) -> None:
@@ -116,4 +129,6 @@ def build_apps(config: Config) -> Apps:
     admin[METRICS] = metrics
     admin[RUNTIMES] = runtimes
     admin[READINESS] = readiness
-    return Apps(public, admin, readiness)
+    if replicas is not None:
+        add_routes(admin, replicas)
+    return Apps(public, admin, readiness, replicas)

@@ -38,7 +38,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    overrides = {
+        key: value
+        for key, value in (("listen", args.listen), ("admin_listen", args.admin_listen))
+        if value
+    }
+    config = load_config(args.config, overrides)
     from router.server import serve
 
     try:
@@ -68,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
             "--config", "-c", default=DEFAULT_CONFIG, help=f"default {DEFAULT_CONFIG}"
         )
         command.set_defaults(func=func)
+        if name == "serve":
+            command.add_argument("--listen", help="HOST:PORT; overrides the config's listen")
+            command.add_argument(
+                "--admin-listen", help="HOST:PORT; overrides the config's admin_listen"
+            )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -23,6 +23,7 @@ from backends.specs import (
     Frozen,
     GradioWarmup,
     Readiness,
+    ReplicasSpec,
 )
 from backends.units import Duration, Size
 from router.errors import ConfigError
@@ -379,6 +380,8 @@ class Config(Frozen):
     clouds: Mapping[str, CloudSpec] = Field(default_factory=dict)
     policy: Policy = Policy()
     api: ApiSettings = ApiSettings()
+    replicas: ReplicasSpec | None = None
+    """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
     source: str = Field(default="<memory>", exclude=True)
     """The file this came from, for messages."""
     base_dir: str = Field(default=".", exclude=True)
@@ -531,8 +534,9 @@ def parse_config(data: object, source: str = "<memory>", base_dir: str = ".") ->
     return config
 
 
-def load_config(path: str | Path) -> Config:
-    """Read, parse and validate one YAML file."""
+def load_config(path: str | Path, overrides: Mapping[str, object] | None = None) -> Config:
+    """Read, parse and validate one YAML file; ``overrides`` replace top-level keys (the
+    command line's ``--listen``/``--admin-listen``: each pod of a Deployment binds its own)."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -545,4 +549,6 @@ def load_config(path: str | Path) -> Config:
         at = f"line {where.line + 1}, column {where.column + 1}" if where else "(file)"
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(str(file), [(at, f"is not valid YAML: {problem}")]) from exc
+    if overrides and isinstance(data, dict):
+        data = {**data, **overrides}
     return parse_config(data, str(file), str(file.resolve().parent))

@@ -22,6 +22,7 @@ from grpc import aio
 from router.config import HostPort
 from router.keda_proto import externalscaler_pb2 as pb
 from router.keda_state import Activeness, Wants, activeness, target_concurrency
+from router.replicas import Replicas
 from router.state import TargetState
 from router.targets import TargetRuntime
 
@@ -42,8 +43,11 @@ def metric_name(target: str) -> str:
 class ActiveSignal:
     """One target's answer to KEDA, looked at again on every event that can change it."""
 
-    def __init__(self, runtime: TargetRuntime) -> None:
+    def __init__(self, runtime: TargetRuntime, replicas: Replicas | None = None) -> None:
         self.rt = runtime
+        self.replicas = replicas
+        """Several warmgate replicas: the answer is for all of them (held and in-flight summed,
+        idle only when every one is)."""
         self._changed = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
@@ -54,15 +58,22 @@ class ActiveSignal:
 
     def look(self) -> Activeness:
         rt, scaling, activity = self.rt, self.rt.spec.scaling, self.rt.activity
+        held, in_flight = activity.held, activity.in_flight
+        idle_since = activity.idle_since(scaling.stream_activity_window)
+        wanted_until = activity.wanted_until
+        if self.replicas is not None:
+            together = self.replicas.combined(rt.name)
+            held, in_flight, idle_since = together.held, together.in_flight, together.idle_since
+            wanted_until = together.wanted_until
         return activeness(
             Wants(
                 state=rt.state,
                 now=rt.loop.time(),
                 idle_after=scaling.idle_after,
-                held=activity.held,
-                in_flight=activity.in_flight,
-                idle_since=activity.idle_since(scaling.stream_activity_window),
-                wanted_until=activity.wanted_until,
+                held=held,
+                in_flight=in_flight,
+                idle_since=idle_since,
+                wanted_until=wanted_until,
             )
         )
 
@@ -116,9 +127,19 @@ class ActiveSignal:
 class ScalerService:
     """The four RPCs; every request names its target in the trigger's metadata."""
 
-    def __init__(self, runtimes: Mapping[str, TargetRuntime]) -> None:
+    def __init__(
+        self, runtimes: Mapping[str, TargetRuntime], replicas: Replicas | None = None
+    ) -> None:
         self.runtimes = runtimes
-        self.signals = {name: ActiveSignal(runtime) for name, runtime in runtimes.items()}
+        self.signals = {
+            name: ActiveSignal(runtime, replicas) for name, runtime in runtimes.items()
+        }
+        if replicas is not None:  # each round of reads of the others may change the answer
+            replicas.on_update.append(self._update_all)
+
+    def _update_all(self) -> None:
+        for signal in self.signals.values():
+            signal.update()
 
     async def _signal(self, ref: pb.ScaledObjectRef, context: _Context) -> ActiveSignal:
         name = ref.scalerMetadata.get(TARGET_KEY)
@@ -216,9 +237,14 @@ _SERVER_OPTIONS = (
 class ScalerServer:
     """The gRPC listener; started after the targets' lifecycles, stopped after the drain."""
 
-    def __init__(self, runtimes: Mapping[str, TargetRuntime], listen: HostPort) -> None:
+    def __init__(
+        self,
+        runtimes: Mapping[str, TargetRuntime],
+        listen: HostPort,
+        replicas: Replicas | None = None,
+    ) -> None:
         self.listen = listen
-        self.service = ScalerService(runtimes)
+        self.service = ScalerService(runtimes, replicas)
         self._server: aio.Server | None = None
         self.port = 0
 

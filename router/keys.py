@@ -9,6 +9,7 @@ from aiohttp import web
 
 from router.config import Config
 from router.metrics import Metrics
+from router.replicas import Replicas
 from router.targets import TargetRuntime
 
 
@@ -18,9 +19,12 @@ class Readiness:
 
     listening: bool = False
     runtimes: Mapping[str, TargetRuntime] = field(default_factory=dict)
+    replicas: Replicas | None = None
 
     def problems(self) -> list[str]:
         out = [] if self.listening else ["listeners not bound yet"]
+        if self.replicas is not None:
+            out.extend(f"replicas: {p}" for p in self.replicas.membership.problems())
         for name, runtime in self.runtimes.items():
             degraded = runtime.backend.observe().degraded
             if degraded:

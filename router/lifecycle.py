@@ -12,7 +12,8 @@ import math
 
 from backends.base import Observation
 from router.keda_state import decide_keda, keda_owns_replicas
-from router.scaling import Act, Step, View, backoff, decide
+from router.replicas import Replicas
+from router.scaling import SLACK, Act, Step, View, backoff, decide
 from router.state import Phase, TargetState
 from router.targets import TargetRuntime
 
@@ -23,8 +24,14 @@ ACCOUNTING_INTERVAL = 1.0
 
 
 class Lifecycle:
-    def __init__(self, runtime: TargetRuntime) -> None:
+    def __init__(self, runtime: TargetRuntime, replicas: Replicas | None = None) -> None:
         self.rt = runtime
+        self.replicas = replicas
+        """Several warmgate replicas (docs/replicas.md): idleness is theirs together, and only
+        the leader releases."""
+        self._release_not_before = -math.inf
+        self._fenced_until = -math.inf
+        self._fenced_by = ""
         self._task: asyncio.Task[None] | None = None
         self._next_probe = 0.0
         self._accounted_at = runtime.loop.time()
@@ -36,6 +43,8 @@ class Lifecycle:
         }
         runtime.cell.subscribe(self._on_state)
         self._on_state(runtime.state, runtime.state)
+        if replicas is not None:
+            replicas.fenceables[runtime.name] = self
 
     # -- wiring ---------------------------------------------------------------------------
 
@@ -95,6 +104,11 @@ class Lifecycle:
 
     def view(self) -> View:
         rt = self.rt
+        idle_since = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
+        may_release = True
+        if self.replicas is not None:
+            idle_since = self.replicas.combined(rt.name).idle_since
+            may_release = self.keda or self.replicas.leading()
         return View(
             state=rt.state,
             observation=self._obs,
@@ -103,9 +117,12 @@ class Lifecycle:
             held=rt.activity.held,
             wanted=self.now < rt.activity.wanted_until,
             in_flight=rt.activity.in_flight,
-            idle_since=rt.activity.idle_since(rt.spec.scaling.stream_activity_window),
+            idle_since=idle_since,
             next_probe=self._next_probe,
             always_on=rt.backend.always_on,
+            may_release=may_release,
+            release_not_before=self._release_not_before,
+            fenced_until=self._fenced_until,
         )
 
     async def _run(self) -> None:
@@ -173,8 +190,15 @@ class Lifecycle:
             self._fail(step.reason)
             await self._scale_down()
         elif step.act is Act.LOST:
+            if not math.isinf(self._fenced_until):  # the leader released it
+                self._fenced_until = -math.inf
+                reason = f"released by {self._fenced_by}"
+                self._publish(rt.state.with_phase(Phase.COLD, now, endpoints=(), reason=reason))
+                await self._close_streams()
+                return
             self._publish(rt.state.with_phase(Phase.COLD, now, endpoints=(), reason=step.reason))
-            await self._scale_down()  # reap what is left (a crashed child's group)
+            if self.replicas is None:  # one replica: reap what is left (a crashed child's group)
+                await self._scale_down()
         elif step.act is Act.DRAIN:
             await self._drain(step.reason)
         elif step.act is Act.ADOPT:
@@ -182,6 +206,8 @@ class Lifecycle:
             self._publish(rt.state.with_phase(Phase.STARTING, now, reason=step.reason))
         elif step.act is Act.REFRESH:
             self._refresh()
+        elif step.act is Act.RESUME:
+            self.unfence(step.reason)
 
     def _refresh(self) -> None:
         """Ready endpoints changed: the new set is published at once (a request never goes to
@@ -235,9 +261,16 @@ class Lifecycle:
             self._publish(rt.state.with_phase(Phase.READY, self.now, reason="drain cancelled"))
             return
         self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))
-        for close in list(rt.activity.streams.values()):
-            with contextlib.suppress(Exception):
-                await close(1001, "idle: the GPU is released")
+        if self.replicas is not None and not self.keda:
+            refused = await self._fence_others()
+            if refused:
+                log.info("%s: release put off: %s", rt.name, refused)
+                self._release_not_before = self.now + self.replicas.spec.poll_interval
+                self._publish(
+                    rt.state.with_phase(Phase.READY, self.now, reason=f"release put off: {refused}")
+                )
+                return
+        await self._close_streams()
         if self.keda:  # the scaler now says inactive; KEDA's scale-down ends this (-> cold)
             rt.metrics.idle_releases.labels(rt.name).inc()
             return
@@ -245,9 +278,69 @@ class Lifecycle:
         rt.metrics.idle_releases.labels(rt.name).inc()
         self._publish(rt.state.with_phase(Phase.COLD, self.now, endpoints=(), reason=reason))
 
+    async def _close_streams(self) -> None:
+        for close in list(self.rt.activity.streams.values()):
+            with contextlib.suppress(Exception):
+                await close(1001, "idle: the GPU is released")
+
     async def _scale_down(self) -> None:
-        if not self.keda:  # KEDA scales down once the scaler says inactive (and cooldown passed)
-            await self.rt.backend.scale_down()
+        if self.keda:  # KEDA scales down once the scaler says inactive (and cooldown passed)
+            return
+        if self.replicas is not None and not self.replicas.leading():
+            log.info("%s: a scale-down is the leader's to decide", self.rt.name)
+            return
+        await self.rt.backend.scale_down()
+
+    # -- several replicas -----------------------------------------------------------------
+
+    async def _fence_others(self) -> str | None:
+        """The leader, about to release: every other replica holds new requests for the target
+        (or says why it cannot); then the leadership is confirmed, right before the stop."""
+        replicas, name = self.replicas, self.rt.name
+        assert replicas is not None
+        refused = await replicas.fence_others(name)
+        if refused is None and not await replicas.membership.confirm():
+            refused = "this replica is no longer the leader"
+            await replicas.unfence_others(name)
+        return refused
+
+    def fence(self, until: float, leader: str) -> str | None:
+        """Another replica, the leader, is about to release this target: if this replica is
+        idle too, hold new requests from now until the release shows (or ``until``)."""
+        rt, now = self.rt, self.now
+        state, activity = rt.state, rt.activity
+        if state.phase in (Phase.COLD, Phase.FAILED):
+            return None if activity.held == 0 else "requests are held here"
+        if state.phase is Phase.STARTING:
+            return "starting here (probing the workload)"
+        if state.phase is Phase.DRAINING and state.stopping:
+            if not math.isinf(self._fenced_until):
+                self._fenced_until = max(self._fenced_until, until)
+            return None
+        idle_since = activity.idle_since(rt.spec.scaling.stream_activity_window)
+        if activity.held or idle_since is None:
+            return "active here"
+        idle = now - idle_since
+        if idle + SLACK < rt.spec.scaling.idle_after:
+            return f"idle for only {idle:.1f}s here"
+        self._fenced_until, self._fenced_by = until, leader
+        reason = f"{leader} is releasing it (idle for {idle:.0f}s here too)"
+        self._publish(rt.state.with_phase(Phase.DRAINING, now, reason=reason, stopping=True))
+        rt.wake.set()
+        return None
+
+    def unfence(self, reason: str = "the leader called the release off") -> None:
+        if math.isinf(self._fenced_until):
+            return
+        self._fenced_until = -math.inf
+        rt = self.rt
+        if rt.state.phase is Phase.DRAINING and rt.state.stopping:
+            self._publish(
+                rt.state.with_phase(
+                    Phase.READY, self.now, endpoints=self._obs.endpoints, reason=reason
+                )
+            )
+        rt.wake.set()
 
     @property
     def _busy_window(self) -> float:

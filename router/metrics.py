@@ -61,6 +61,19 @@ class Metrics:
             namespace=ns,
             registry=r,
         )
+        self.leader = Gauge(
+            "leader",
+            "1 while this replica holds the leader Lease (decides scale-downs), else 0",
+            namespace=ns,
+            registry=r,
+        )
+        self.peers = Gauge(
+            "peers",
+            "Other warmgate replicas, by whether the last read of their activity was answered",
+            ["state"],
+            namespace=ns,
+            registry=r,
+        )
         self.held_requests = Gauge(
             "held_requests", "Requests held for a cold start", ["target"], namespace=ns, registry=r
         )

@@ -33,6 +33,9 @@ class Act(enum.Enum):
     REFRESH = "refresh"
     """Ready, and the backend's ready endpoints changed (a pod went or came): republish them;
     none left -> starting, waiting for a replacement."""
+    RESUME = "resume"
+    """Draining for a release another replica (the leader) announced, which did not come in
+    time: phase -> ready, serving again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,13 @@ class View:
     idle_since: float | None = None
     next_probe: float = 0.0
     always_on: bool = False
+    may_release: bool = True
+    """This replica may decide a release (the only one, or the leader of several)."""
+    release_not_before: float = -math.inf
+    """A release was just put off (another replica was active): not again before this."""
+    fenced_until: float = -math.inf
+    """Draining for a release the leader announced: serving again at this loop time if the
+    workload is still running then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +117,19 @@ def decide(v: View) -> Step:
         if obs.crashed or not obs.running:
             return Step(Act.LOST, reason=obs.failure or "the workload stopped")
         if phase is Phase.DRAINING:
-            return Step(Act.WAIT)  # the lifecycle is performing the drain
+            if math.isinf(v.fenced_until):
+                return Step(Act.WAIT)  # the lifecycle is performing the drain
+            if now >= v.fenced_until:
+                return Step(Act.RESUME, reason="the leader's release did not come; serving again")
+            return Step(Act.WAIT, until=v.fenced_until)  # the leader is releasing it
         if state.endpoints and obs.endpoints != state.endpoints:
             return Step(Act.REFRESH, reason="ready endpoints changed")
         if v.idle_since is None or v.held > 0:
             return Step(Act.WAIT)
-        release_at = v.idle_since + v.scaling.idle_after
+        release_at = max(v.idle_since + v.scaling.idle_after, v.release_not_before)
         if now >= release_at:
+            if not v.may_release:
+                return Step(Act.WAIT)  # the leader decides; a change of leader wakes this
             idle = now - v.idle_since
             return Step(Act.DRAIN, reason=f"idle for {idle:.0f}s")
         return Step(Act.WAIT, until=release_at)

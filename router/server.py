@@ -178,7 +178,9 @@ class Server:
         self.public_port = _bound_port(public)
         self.admin_port = _bound_port(admin)
         if config.scaler_listen is not None:  # after the lifecycles opened: it reads their state
-            self.scaler = ScalerServer(self.apps.public[RUNTIMES], config.scaler_listen)
+            self.scaler = ScalerServer(
+                self.apps.public[RUNTIMES], config.scaler_listen, self.apps.replicas
+            )
             self.scaler_port = await self.scaler.start()
         self.apps.readiness.listening = True
         log.info(

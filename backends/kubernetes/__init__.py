@@ -2,9 +2,11 @@
 
 ``api``: the narrow interface (and its errors) the backend speaks; ``client``: that interface
 over ``kubernetes_asyncio`` and how credentials are found; ``informer``: list + watch + resume;
-``observe``: pure readings of the watched objects; ``backend``: the Backend itself.
+``observe``: pure readings of the watched objects; ``backend``: the Backend itself;
+``membership``: the other warmgate replicas and the leader Lease.
 """
 
 from backends.kubernetes.backend import KubernetesBackend
+from backends.kubernetes.membership import KubernetesMembership
 
-__all__ = ["KubernetesBackend"]
+__all__ = ["KubernetesBackend", "KubernetesMembership"]

@@ -35,6 +35,7 @@ class Resource:
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
 HPAS = Resource("autoscaling", "v1", "horizontalpodautoscalers")
 SCALED_OBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
 ENDPOINTSLICE_GROUP = "discovery.k8s.io"
 
 
@@ -102,6 +103,11 @@ class Gone(KubeError):
     restarted): list again."""
 
 
+class Conflict(KubeError):
+    """409: the object changed since it was read (a stale ``resourceVersion``), or one of that
+    name already exists: read it again and decide again."""
+
+
 class Invalid(KubeError):
     """Any other 4xx: the request itself is wrong."""
 
@@ -112,6 +118,8 @@ def error_for_status(status: int, message: str) -> KubeError:
         return Forbidden(message, status=status)
     if status == 404:
         return NotFound(message, status=status)
+    if status == 409:
+        return Conflict(message, status=status)
     if status == 410:
         return Gone(message, status=status)
     if status >= 500 or status == 429 or status == 0:
@@ -156,6 +164,19 @@ class KubeApi(Protocol):
         """Entering opens the watch (changes after ``resource_version``, bookmarks allowed);
         the iterator yields events until the server ends the watch after ``timeout_seconds``
         (or the connection breaks: :class:`Unreachable`; a too old version: :class:`Gone`)."""
+        ...
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Json:
+        """One object (:class:`NotFound` if there is none)."""
+        ...
+
+    async def create(self, resource: Resource, namespace: str, body: Json) -> Json:
+        """Create an object; returns it as stored (:class:`Conflict` if the name is taken)."""
+        ...
+
+    async def replace(self, resource: Resource, namespace: str, body: Json) -> Json:
+        """Replace an object whole; ``body.metadata.resourceVersion`` makes it conditional
+        (:class:`Conflict` when the object changed since). Returns it as stored."""
         ...
 
     async def get_scale(self, namespace: str, deployment: str) -> int:

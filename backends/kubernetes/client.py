@@ -249,6 +249,42 @@ class RealKube:
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise Unreachable(f"{what}: the watch broke: {exc!r}") from exc
 
+    async def get(self, resource: Resource, namespace: str, name: str) -> Json:
+        return await self._call(
+            f"get {resource} {name} in namespace {namespace}",
+            self._custom.get_namespaced_custom_object,
+            resource.group,
+            resource.version,
+            namespace,
+            resource.plural,
+            name,
+        )
+
+    async def create(self, resource: Resource, namespace: str, body: Json) -> Json:
+        name = (body.get("metadata") or {}).get("name")
+        return await self._call(
+            f"create {resource} {name} in namespace {namespace}",
+            self._custom.create_namespaced_custom_object,
+            resource.group,
+            resource.version,
+            namespace,
+            resource.plural,
+            body,
+        )
+
+    async def replace(self, resource: Resource, namespace: str, body: Json) -> Json:
+        name = str((body.get("metadata") or {}).get("name"))
+        return await self._call(
+            f"update {resource} {name} in namespace {namespace}",
+            self._custom.replace_namespaced_custom_object,
+            resource.group,
+            resource.version,
+            namespace,
+            resource.plural,
+            name,
+            body,
+        )
+
     async def get_scale(self, namespace: str, deployment: str) -> int:
         data = await self._call(
             f"get deployments/{deployment}/scale in namespace {namespace}",

@@ -21,6 +21,7 @@ from backends.kubernetes.api import (
     DEPLOYMENTS,
     ENDPOINTSLICE_GROUP,
     HPAS,
+    Conflict,
     Forbidden,
     Gone,
     Json,
@@ -78,7 +79,7 @@ class FakeCluster:
         self.endpointslice_versions = endpointslice_versions
         self.pod_ready_after = pod_ready_after
         self.reachable = True
-        self.installed = {"apps", "autoscaling", ENDPOINTSLICE_GROUP}
+        self.installed = {"apps", "autoscaling", "coordination.k8s.io", ENDPOINTSLICE_GROUP}
         """API groups served (add "keda.sh" to serve ScaledObjects)."""
         self._rv = 100
         self._oldest = 100
@@ -413,6 +414,45 @@ class FakeKube:
         if obj is None:
             raise NotFound(f'deployments.apps "{name}" not found', status=404)
         return obj
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Json:
+        await asyncio.sleep(0)
+        self.cluster._check("get", resource.plural, self.allowed, namespace)
+        self.cluster._served(resource)
+        obj = self.cluster._objects.get((_path(resource), namespace, name))
+        if obj is None:
+            raise NotFound(f'{resource} "{name}" not found', status=404)
+        return copy.deepcopy(obj)
+
+    async def create(self, resource: Resource, namespace: str, body: Json) -> Json:
+        await asyncio.sleep(0)
+        self.cluster._check("create", resource.plural, self.allowed, namespace)
+        self.cluster._served(resource)
+        name = body["metadata"]["name"]
+        if (_path(resource), namespace, name) in self.cluster._objects:
+            raise Conflict(f'{resource} "{name}" already exists', status=409)
+        obj = copy.deepcopy(body)
+        obj["metadata"]["namespace"] = namespace
+        return copy.deepcopy(self.cluster._store("ADDED", resource, obj))
+
+    async def replace(self, resource: Resource, namespace: str, body: Json) -> Json:
+        await asyncio.sleep(0)
+        self.cluster._check("update", resource.plural, self.allowed, namespace)
+        self.cluster._served(resource)
+        name = body["metadata"]["name"]
+        current = self.cluster._objects.get((_path(resource), namespace, name))
+        if current is None:
+            raise NotFound(f'{resource} "{name}" not found', status=404)
+        version = body["metadata"].get("resourceVersion")
+        if version and version != current["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f'Operation cannot be fulfilled on {resource} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                status=409,
+            )
+        obj = copy.deepcopy(body)
+        obj["metadata"]["namespace"] = namespace
+        return copy.deepcopy(self.cluster._store("MODIFIED", resource, obj))
 
     async def get_scale(self, namespace: str, deployment: str) -> int:
         await asyncio.sleep(0)

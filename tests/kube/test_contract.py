@@ -19,7 +19,9 @@ from backends.kubernetes.api import (
     DEPLOYMENTS,
     ENDPOINTSLICE_GROUP,
     HPAS,
+    LEASES,
     SCALED_OBJECTS,
+    Conflict,
     Forbidden,
     Gone,
     KubeApi,
@@ -302,6 +304,33 @@ async def test_missing_things_are_not_found(kube: Driver) -> None:
     with pytest.raises(NotFound):  # KEDA is not installed
         await kube.api.list(SCALED_OBJECTS, kube.namespace)
     assert (await kube.api.list(HPAS, kube.namespace)).items == ()
+
+
+async def test_a_lease_is_created_once_and_replaced_only_from_its_current_version(
+    kube: Driver,
+) -> None:
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "leader"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+    }
+    with pytest.raises(NotFound):
+        await kube.api.get(LEASES, kube.namespace, "leader")
+    stored = await kube.api.create(LEASES, kube.namespace, lease)
+    assert stored["spec"]["holderIdentity"] == "a"
+    with pytest.raises(Conflict):  # the name is taken
+        await kube.api.create(LEASES, kube.namespace, lease)
+    read = await kube.api.get(LEASES, kube.namespace, "leader")
+    assert read["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    taken = {**read, "spec": {**read["spec"], "holderIdentity": "b"}}
+    updated = await kube.api.replace(LEASES, kube.namespace, taken)
+    assert updated["spec"]["holderIdentity"] == "b"
+    assert updated["metadata"]["resourceVersion"] != read["metadata"]["resourceVersion"]
+    stale = {**read, "spec": {**read["spec"], "holderIdentity": "c"}}  # from the old version
+    with pytest.raises(Conflict):
+        await kube.api.replace(LEASES, kube.namespace, stale)
+    assert (await kube.api.get(LEASES, kube.namespace, "leader"))["spec"]["holderIdentity"] == "b"
 
 
 async def test_what_rbac_does_not_grant_is_forbidden(kube: Driver) -> None:

@@ -1,0 +1,349 @@
+"""Several warmgate replicas: who the others are, and who leads (docs/replicas.md).
+
+The others are the endpoints of warmgate's own headless Service, kept by an informer on its
+EndpointSlices (listed ready or not: a replica that is starting or draining still counts).
+Leadership is a ``coordination.k8s.io/v1`` Lease, taken and renewed the way client-go's leader
+election does it: a Lease whose holder has not renewed for ``leaseDurationSeconds`` (measured
+on this replica's own clock, from when it last saw the record change, so clocks of different
+nodes never need to agree) may be taken with a conditional update; of two replicas that try at
+once, one gets a 409 Conflict. A leader counts itself leading only until a margin before its
+Lease could expire, so two replicas never both believe they lead; ``confirm`` renews right
+before an irreversible step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from backends.base import Peer
+from backends.kubernetes.api import (
+    ENDPOINTSLICE_GROUP,
+    LEASES,
+    Conflict,
+    Json,
+    KubeApi,
+    KubeError,
+    NotFound,
+    endpointslices,
+)
+from backends.kubernetes.informer import DEFAULT_BACKOFF, WATCH_TIMEOUT, Backoff, Informer
+from backends.specs import ReplicasSpec
+
+log = logging.getLogger("warmgate.replicas")
+
+OPEN_TIMEOUT = 10.0
+"""Seconds ``open`` waits for the first list of peers and the first look at the Lease."""
+
+
+async def _connect_from_environment() -> KubeApi:
+    from backends.kubernetes.client import access_from_environment, connect
+
+    return await connect(access_from_environment())
+
+
+def own_identity(spec: ReplicasSpec, environ: dict[str, str] | None = None) -> str:
+    """``identity`` from the config, else ``$POD_NAME`` (the Downward API), else the host name
+    (a pod's host name is its name)."""
+    env = os.environ if environ is None else environ
+    return spec.identity or env.get("POD_NAME") or socket.gethostname()
+
+
+def _url(address: str, port: int) -> str:
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def peers_from_slices(
+    slices: Iterable[Json], port: int | str, identity: str, own_address: str | None = None
+) -> tuple[tuple[Peer, ...], list[str]]:
+    """The replicas listed in warmgate's EndpointSlices, but this one, by name; and problems
+    (a slice without the admin port). ``port``: the port's name, or the container port's
+    number. Terminating or not ready: still listed (it may have work in flight)."""
+    found: dict[str, Peer] = {}
+    problems: list[str] = []
+    for slice_ in slices:
+        if slice_.get("addressType", "IPv4") not in ("IPv4", "IPv6"):
+            continue
+        ports = slice_.get("ports") or ()
+        number = next(
+            (
+                int(p["port"])
+                for p in ports
+                if p.get("port") is not None
+                and (p.get("name") == port if isinstance(port, str) else p.get("port") == port)
+            ),
+            None,
+        )
+        endpoints = slice_.get("endpoints") or ()
+        if number is None:
+            if endpoints:
+                name = (slice_.get("metadata") or {}).get("name")
+                problems.append(f"EndpointSlice {name} has no port {port!r}")
+            continue
+        for endpoint in endpoints:
+            addresses = endpoint.get("addresses") or ()
+            if not addresses:
+                continue
+            ref = endpoint.get("targetRef") or {}
+            name = str(ref.get("name") or addresses[0])
+            if name == identity or (own_address is not None and own_address in addresses):
+                continue
+            found[name] = Peer(name, _url(str(addresses[0]), number))
+    return tuple(found[n] for n in sorted(found)), problems
+
+
+def _micro_time(at: dt.datetime) -> str:
+    """A Lease's MicroTime: RFC 3339 with microseconds, UTC."""
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubernetesMembership:
+    def __init__(
+        self,
+        spec: ReplicasSpec,
+        *,
+        connect: Callable[[], Awaitable[KubeApi]] = _connect_from_environment,
+        identity: str | None = None,
+        own_address: str | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        watch_timeout: int = WATCH_TIMEOUT,
+        open_timeout: float = OPEN_TIMEOUT,
+        wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.spec = spec
+        self._identity = identity or own_identity(spec)
+        self._own_address = own_address if own_address is not None else os.environ.get("POD_IP")
+        self._connect = connect
+        self._backoff = backoff
+        self._watch_timeout = watch_timeout
+        self._open_timeout = open_timeout
+        self._wall = wall_clock
+        self._api: KubeApi | None = None
+        self._slices: Informer | None = None
+        self._on_change: Callable[[], None] = lambda: None
+        self._peers: tuple[Peer, ...] = ()
+        self._slice_problems: list[str] = []
+        self._lease_problem: str | None = "the leader Lease has not been read yet"
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._valid_until = float("-inf")
+        """Loop time until which this replica may count itself the leader."""
+        self._seen: tuple[Any, Any] | None = None
+        """(holder, renewTime) of the Lease as last read; a change restarts its expiry."""
+        self._seen_at = 0.0
+        self.holder: str | None = None
+        """Who holds the Lease, as last read."""
+        self._was_leading = False
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def peers(self) -> tuple[Peer, ...]:
+        return self._peers
+
+    def leading(self) -> bool:
+        return asyncio.get_running_loop().time() < self._valid_until
+
+    def problems(self) -> list[str]:
+        problems = list(self._slice_problems)
+        if self._slices is not None and self._slices.problem:
+            problems.append(self._slices.problem)
+        if self._lease_problem:
+            problems.append(self._lease_problem)
+        return problems
+
+    async def open(self, on_change: Callable[[], None]) -> None:
+        spec = self.spec
+        self._on_change = on_change
+        try:
+            self._api = await self._connect()
+        except KubeError as exc:
+            self._lease_problem = f"replicas: {exc.message}"
+            log.error("%s; this replica counts every other one as active", self._lease_problem)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._open_timeout):
+                try:
+                    resource = endpointslices(await self._api.group_versions(ENDPOINTSLICE_GROUP))
+                except KubeError as exc:
+                    self._lease_problem = f"replicas: {exc.message}"
+                    log.error("%s", self._lease_problem)
+                    return
+                self._slices = Informer(
+                    self._api,
+                    resource,
+                    spec.namespace,
+                    self._slices_changed,
+                    label_selector=f"kubernetes.io/service-name={spec.service}",
+                    backoff=self._backoff,
+                    watch_timeout=self._watch_timeout,
+                )
+                with contextlib.suppress(KubeError):  # the informer retries and reports it
+                    await self._slices.list_now()
+                await self._elect_once()
+        if self._slices is not None:
+            self._spawn(self._slices.run())
+        self._spawn(self._elect())
+        log.info(
+            "replica %s: peers %s; leader %s",
+            self._identity,
+            ", ".join(p.name for p in self._peers) or "none",
+            self.holder or "none",
+        )
+
+    async def confirm(self) -> bool:
+        await self._elect_once()
+        return self.leading()
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._api is None:
+            return
+        if self.leading():
+            with contextlib.suppress(KubeError, TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await self._release()
+        await self._api.close()
+        self._api = None
+
+    # -- peers ----------------------------------------------------------------------------
+
+    def _slices_changed(self) -> None:
+        slices = self._slices.objects.values() if self._slices is not None else ()
+        peers, self._slice_problems = peers_from_slices(
+            slices, self.spec.port, self._identity, self._own_address
+        )
+        if peers != self._peers:
+            self._peers = peers
+            log.info("replicas: peers now %s", ", ".join(p.name for p in peers) or "none")
+        self._on_change()
+
+    # -- the Lease ------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name="replicas")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _elect(self) -> None:
+        """Forever: renew while leading, else look whether the Lease may be taken."""
+        while True:
+            await asyncio.sleep(self.spec.renew_interval)
+            await self._elect_once()
+
+    async def _elect_once(self) -> None:
+        async with self._lock:
+            try:
+                await self._try_acquire_or_renew()
+                self._lease_problem = None
+            except KubeError as exc:
+                problem = f"leader Lease {self.spec.namespace}/{self.spec.lease}: {exc.message}"
+                if problem != self._lease_problem:
+                    log.warning("%s", problem)
+                self._lease_problem = problem
+            self._report_change()
+
+    def _report_change(self) -> None:
+        leading = self.leading()
+        if leading != self._was_leading:
+            self._was_leading = leading
+            log.info(
+                "replica %s %s the leadership (Lease %s/%s)",
+                self._identity,
+                "took" if leading else "lost",
+                self.spec.namespace,
+                self.spec.lease,
+            )
+            self._on_change()
+
+    def _record(self, lease: Json) -> None:
+        """Remember the Lease as read; its expiry runs from when its record last changed."""
+        spec = lease.get("spec") or {}
+        seen = (spec.get("holderIdentity"), spec.get("renewTime"))
+        if seen != self._seen:
+            self._seen, self._seen_at = seen, asyncio.get_running_loop().time()
+        self.holder = spec.get("holderIdentity") or None
+
+    def _lease_body(self, old: Json | None) -> Json:
+        now = _micro_time(self._wall())
+        spec = (old or {}).get("spec") or {}
+        held = spec.get("holderIdentity") == self._identity
+        transitions = int(spec.get("leaseTransitions") or 0)
+        metadata = dict((old or {}).get("metadata") or {"name": self.spec.lease})
+        return {
+            "apiVersion": LEASES.api_version,
+            "kind": "Lease",
+            "metadata": metadata,  # with its resourceVersion: the update is conditional
+            "spec": {
+                "holderIdentity": self._identity,
+                "leaseDurationSeconds": max(1, round(self.spec.lease_duration)),
+                "acquireTime": spec.get("acquireTime") if held else now,
+                "renewTime": now,
+                "leaseTransitions": transitions if held or old is None else transitions + 1,
+            },
+        }
+
+    async def _try_acquire_or_renew(self) -> None:
+        api, spec = self._api, self.spec
+        assert api is not None
+        loop = asyncio.get_running_loop()
+        try:
+            lease = await api.get(LEASES, spec.namespace, spec.lease)
+        except NotFound:
+            sent_at = loop.time()
+            try:
+                stored = await api.create(LEASES, spec.namespace, self._lease_body(None))
+            except Conflict:  # another replica created it first: look again next round
+                return
+            self._won(stored, sent_at)
+            return
+        self._record(lease)
+        lease_spec = lease.get("spec") or {}
+        holder = lease_spec.get("holderIdentity")
+        duration = float(lease_spec.get("leaseDurationSeconds") or spec.lease_duration)
+        if holder and holder != self._identity and loop.time() < self._seen_at + duration:
+            self._valid_until = float("-inf")  # held by another, not expired
+            return
+        sent_at = loop.time()
+        try:
+            stored = await api.replace(LEASES, spec.namespace, self._lease_body(lease))
+        except Conflict:  # someone else renewed or took it in between
+            self._valid_until = float("-inf")
+            return
+        if holder and holder != self._identity:
+            log.info("replica %s takes the Lease from %s (expired)", self._identity, holder)
+        self._won(stored, sent_at)
+
+    def _won(self, stored: Json, sent_at: float) -> None:
+        self._record(stored)
+        # Another replica can take the Lease no sooner than lease_duration after it saw this
+        # renewal, which is after it was sent; half a renewal interval is kept as margin.
+        self._valid_until = sent_at + self.spec.lease_duration - self.spec.renew_interval / 2
+
+    async def _release(self) -> None:
+        """Hand over at once (client-go's ReleaseOnCancel): no holder, a 1 s duration."""
+        api, spec = self._api, self.spec
+        assert api is not None
+        lease = await api.get(LEASES, spec.namespace, spec.lease)
+        if (lease.get("spec") or {}).get("holderIdentity") != self._identity:
+            return
+        body = self._lease_body(lease)
+        body["spec"] = {**body["spec"], "holderIdentity": None, "leaseDurationSeconds": 1}
+        with contextlib.suppress(Conflict):
+            await api.replace(LEASES, spec.namespace, body)
+            log.info("replica %s released the leadership", self._identity)
+        self._valid_until = float("-inf")
