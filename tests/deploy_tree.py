@@ -61,6 +61,28 @@ def find(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
     return hits[0]
 
 
+Rule = tuple[str, str, tuple[str, ...]]
+"""(API group, resource, resourceNames: empty for every object)."""
+
+
+def role_rules(role: Obj) -> dict[Rule, list[str]]:
+    """What a Role allows, rule by rule flattened: (group, resource, names) -> sorted verbs."""
+    rules: dict[Rule, list[str]] = {}
+    for rule in role["rules"]:
+        names = tuple(sorted(rule.get("resourceNames") or ()))
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                verbs = rules.setdefault((group, resource, names), [])
+                verbs[:] = sorted({*verbs, *rule["verbs"]})
+    return rules
+
+
+def selects(selector: Obj, labels: Obj) -> bool:
+    """A label selector (matchLabels only, as deploy/ writes them) selects these labels."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return dict(selector.get("matchLabels") or {}).items() <= dict(labels).items()
+
+
 def router_rbac(namespaces: dict[str, str]) -> list[Obj]:
     """deploy/'s ServiceAccount, Roles and RoleBindings, moved into other namespaces
     (``{"render": ..., "warmgate": ...}``), so a test can run warmgate with exactly them."""

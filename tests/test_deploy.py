@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from router.config import parse_config
-from tests.deploy_tree import CRD_KINDS, DEPLOY, Obj, build, find
+from tests.deploy_tree import CRD_KINDS, DEPLOY, Obj, build, find, role_rules, selects
 
 TREES = ["base", "overlays/single-node", "flux"]
 SCHEMA = kubernetes_validate.utils.latest_version()
@@ -74,6 +74,92 @@ def test_the_router_runs_twice_with_probes_on_the_admin_port() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     service = find(objects, "Service", "warmgate")
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    # Each replica knows its own name (the EndpointSlices' targetRef) and address.
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_IP": "status.podIP",
+    }
+
+
+def replicas_config(objects: list[Obj]) -> Any:
+    configmap = find(objects, "ConfigMap")
+    config = parse_config(yaml.safe_load(configmap["data"]["warmgate.yaml"]), "warmgate.yaml")
+    assert config.replicas is not None, "the replicas: block"
+    return config
+
+
+@pytest.mark.parametrize("tree", ["base", "overlays/single-node"])
+def test_the_replicas_find_each_other_through_a_headless_service(tree: str) -> None:
+    """replicas: in the config names a headless Service over warmgate's own pods whose port
+    reaches admin_listen, listing replicas that are not ready too (starting or draining)."""
+    objects = build(tree)
+    config = replicas_config(objects)
+    spec = config.replicas
+    router = find(objects, "Deployment", "warmgate")
+    service = find(objects, "Service", spec.service)
+    assert service["metadata"]["namespace"] == spec.namespace == router["metadata"]["namespace"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+    pod_labels = router["spec"]["template"]["metadata"]["labels"]
+    assert selects({"matchLabels": service["spec"]["selector"]}, pod_labels)
+    (port,) = service["spec"]["ports"]
+    assert spec.port in (port["name"], port["port"])
+    (container,) = router["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[port["targetPort"]] == config.admin_listen.port
+    # The Lease the config names is the one the Role lets warmgate update.
+    leader = find(objects, "Role", "warmgate-leader")
+    assert leader["metadata"]["namespace"] == spec.namespace
+    assert ("coordination.k8s.io", "leases", (spec.lease,)) in role_rules(leader)
+    assert spec.identity is None, "default: $POD_NAME from the Downward API"
+
+
+def test_a_voluntary_disruption_takes_one_replica_at_a_time() -> None:
+    objects = build("base")
+    router = find(objects, "Deployment", "warmgate")
+    pdb = find(objects, "PodDisruptionBudget", "warmgate")
+    assert pdb["metadata"]["namespace"] == router["metadata"]["namespace"]
+    assert pdb["spec"] == {"minAvailable": 1, "selector": router["spec"]["selector"]}
+    assert selects(pdb["spec"]["selector"], router["spec"]["template"]["metadata"]["labels"])
+    assert router["spec"]["replicas"] > pdb["spec"]["minAvailable"], "a drain can proceed"
+
+
+def test_the_admin_port_is_open_to_the_replicas_and_prometheus_only() -> None:
+    """fence is not authenticated: the NetworkPolicy lets only warmgate's pods and Prometheus
+    reach the admin port; every other port the pod serves keeps a rule (nothing is cut off)."""
+    objects = build("base")
+    router = find(objects, "Deployment", "warmgate")
+    labels = router["spec"]["template"]["metadata"]["labels"]
+    policy = find(objects, "NetworkPolicy", "warmgate")
+    assert policy["metadata"]["namespace"] == router["metadata"]["namespace"]
+    assert selects(policy["spec"]["podSelector"], labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "egress stays open"
+    sources = open_ports(policy)
+    (container,) = router["spec"]["template"]["spec"]["containers"]
+    assert set(sources) == {p["name"] for p in container["ports"]}, "a rule for every port"
+    assert sources["http"] is None, "the Gateway reaches http from anywhere"
+    admin = sources["admin"]
+    assert admin is not None
+    peers = [p for p in admin if "namespaceSelector" not in p]
+    assert peers and all(selects(p["podSelector"], labels) for p in peers), "the replicas"
+    (prometheus,) = [p for p in admin if "namespaceSelector" in p]
+    assert prometheus["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+    assert "ipBlock" not in str(admin)
+
+
+def open_ports(policy: Obj) -> dict[str, list[Obj] | None]:
+    """Port name -> the peers an ingress rule admits (None: every source)."""
+    out: dict[str, list[Obj] | None] = {}
+    for rule in policy["spec"]["ingress"]:
+        for port in rule["ports"]:
+            assert port["protocol"] == "TCP" and isinstance(port["port"], str), port
+            peers = rule.get("from")
+            before = out.get(port["port"], [])
+            out[port["port"]] = None if peers is None or before is None else [*before, *peers]
+    return out
 
 
 @pytest.mark.parametrize("tree", ["base", "overlays/single-node"])
@@ -102,24 +188,28 @@ def test_the_configmap_holds_a_valid_config_for_the_render_deployments(
 def test_the_role_is_least_privilege() -> None:
     objects = build("base")
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "Role"} == {
+        "warmgate-scaler",
+        "warmgate-leader",
+    }
     scaler = find(objects, "Role", "warmgate-scaler")
     assert scaler["metadata"]["namespace"] == "render"
-    rules = {
-        (group, resource): sorted(rule["verbs"])
-        for rule in scaler["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
+    assert role_rules(scaler) == {
+        ("apps", "deployments", ()): ["get", "list", "watch"],
+        ("apps", "deployments/scale", ()): ["get", "patch"],
+        ("discovery.k8s.io", "endpointslices", ()): ["get", "list", "watch"],
+        ("autoscaling", "horizontalpodautoscalers", ()): ["list"],
+        ("keda.sh", "scaledobjects", ()): ["list"],
     }
-    assert rules == {
-        ("apps", "deployments"): ["get", "list", "watch"],
-        ("apps", "deployments/scale"): ["get", "patch"],
-        ("discovery.k8s.io", "endpointslices"): ["get", "list", "watch"],
-        ("autoscaling", "horizontalpodautoscalers"): ["list"],
-        ("keda.sh", "scaledobjects"): ["list"],
-    }
+    # Several replicas: the peers' EndpointSlices, and the one leader Lease (create cannot be
+    # limited to a name; get and update are).
     leader = find(objects, "Role", "warmgate-leader")
     assert leader["metadata"]["namespace"] == "warmgate"
-    assert [r["resources"] for r in leader["rules"]] == [["leases"]]
+    assert role_rules(leader) == {
+        ("discovery.k8s.io", "endpointslices", ()): ["get", "list", "watch"],
+        ("coordination.k8s.io", "leases", ()): ["create"],
+        ("coordination.k8s.io", "leases", ("warmgate-leader",)): ["get", "update"],
+    }
     for binding in (o for o in objects if o["kind"] == "RoleBinding"):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "warmgate", "namespace": "warmgate"}
@@ -220,6 +310,8 @@ def test_the_single_node_overlay() -> None:
     router = find(objects, "Deployment", "warmgate")
     assert router["spec"]["replicas"] == 1
     assert "topologySpreadConstraints" not in router["spec"]["template"]["spec"]
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget"], "a drain could hang"
+    assert find(objects, "NetworkPolicy", "warmgate")
     pv = find(objects, "PersistentVolume", "render-models")
     assert "nfs" not in pv["spec"] and pv["spec"]["hostPath"]["path"] == "/srv/models"
     route = find(objects, "HTTPRoute", "render")

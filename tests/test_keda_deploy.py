@@ -94,7 +94,7 @@ def of_kind(objects: list[Obj], kind: str) -> dict[str, Obj]:
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
 
 
-def check_scaled_objects(objects: list[Obj]) -> None:
+def check_scaled_objects(objects: list[Obj], router_replicas: int) -> None:
     deployments = of_kind(objects, "Deployment")
     services = of_kind(objects, "Service")
     scaled = of_kind(objects, "ScaledObject")
@@ -123,15 +123,40 @@ def check_scaled_objects(objects: list[Obj]) -> None:
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert named["scaler"] == 9091 and port["targetPort"] == "scaler"
     assert {"http", "admin"} <= set(named), "the base's ports are kept"
-    assert router["spec"]["replicas"] == 1, "one router replica sees every held request"
+    # Several router replicas: the one KEDA's stream reaches answers for all of them.
+    assert router["spec"]["replicas"] == router_replicas, "the base's replica count is kept"
+
+    # KEDA's operator may reach the scaler port through a NetworkPolicy of its own (policies
+    # add up: the base's keeps its rules for the other ports).
+    policy = of_kind(objects, "NetworkPolicy")["warmgate-keda"]
+    assert policy["metadata"]["namespace"] == router["metadata"]["namespace"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= router["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": "scaler"}]
+    (keda,) = rule["from"]
+    assert keda["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}
+    assert keda["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "keda-operator"}}
 
 
 def test_the_component_hands_each_render_deployment_to_keda(tmp_path: Path) -> None:
-    check_scaled_objects(render(tmp_path, minimal_base(tmp_path)))
+    check_scaled_objects(render(tmp_path, minimal_base(tmp_path)), router_replicas=2)
 
 
 def test_the_component_fits_the_deploy_base(tmp_path: Path) -> None:
     base = ROOT / "deploy" / "base"
     if not (base / "kustomization.yaml").is_file():
         pytest.skip("deploy/base is not there")
-    check_scaled_objects(render(tmp_path, base))
+    objects = render(tmp_path, base)
+    check_scaled_objects(objects, router_replicas=2)
+    # With the base's NetworkPolicy, every port warmgate's pods serve has a rule.
+    policies = of_kind(objects, "NetworkPolicy")
+    assert set(policies) == {"warmgate", "warmgate-keda"}
+    allowed = {
+        p["port"] for o in policies.values() for r in o["spec"]["ingress"] for p in r["ports"]
+    }
+    (container,) = of_kind(objects, "Deployment")["warmgate"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert allowed == {p["name"] for p in container["ports"]} == {"http", "admin", "scaler"}

@@ -1,13 +1,16 @@
 """deploy/'s core objects applied with kubectl to the real test API server (v1.20.2). Kinds it
 does not know (DRA's ResourceClaimTemplate, Gateway API, Flux) and the pod fields that refer to
-DRA claims are left out here; tests/test_deploy.py validates all of them offline against a
-current schema."""
+DRA claims are left out here, and the PodDisruptionBudget goes in as policy/v1beta1 (policy/v1
+came with 1.21, same fields); tests/test_deploy.py validates all of them offline against a
+current schema. Then warmgate's ServiceAccount does, with its own token, what several replicas
+do in namespace warmgate: take and renew the leader Lease, list the peers' EndpointSlices."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +21,14 @@ from .cluster import KubeCluster
 
 LATER_THAN_1_20 = {"ResourceClaimTemplate"}
 ROUTER = "system:serviceaccount:warmgate:warmgate"
+LEASE, PEERS = "warmgate-leader", "warmgate-peers"
 
 
 def for_1_20(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without the DRA claim fields (Kubernetes 1.31+), which 1.20 rejects."""
+    """The object without the DRA claim fields (Kubernetes 1.31+), which 1.20 rejects; a
+    PodDisruptionBudget in the version 1.20 serves."""
+    if obj["kind"] == "PodDisruptionBudget" and obj["apiVersion"] == "policy/v1":
+        obj["apiVersion"] = "policy/v1beta1"
     pod = obj.get("spec", {}).get("template", {}).get("spec")
     if obj["kind"] == "Deployment" and pod is not None:
         pod.pop("resourceClaims", None)
@@ -39,12 +46,18 @@ def core_objects(tree: str) -> list[dict[str, Any]]:
 
 
 class Kubectl:
-    def __init__(self, cluster: KubeCluster) -> None:
+    def __init__(self, cluster: KubeCluster, kubeconfig: Path | None = None) -> None:
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig_path
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        return self._run(*args, stdin=stdin, check=check).stdout
+
+    def _run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [kubectl(), "--kubeconfig", str(self.cluster.kubeconfig_path), *args],
+            [kubectl(), "--kubeconfig", str(self.kubeconfig), *args],
             input=stdin,
             capture_output=True,
             text=True,
@@ -52,7 +65,13 @@ class Kubectl:
             check=False,
         )
         assert done.returncode == 0 or not check, f"kubectl {' '.join(args)}:\n{done.stderr}"
-        return done.stdout
+        return done
+
+    async def refused(self, *args: str, stdin: str | None = None) -> str:
+        """Run it; it must fail. Returns what kubectl said (stderr)."""
+        done = await asyncio.to_thread(self._run, *args, stdin=stdin, check=False)
+        assert done.returncode != 0, f"kubectl {' '.join(args)} was allowed:\n{done.stdout}"
+        return done.stderr
 
     async def __call__(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         return await asyncio.to_thread(self.run, *args, stdin=stdin, check=check)
@@ -70,12 +89,63 @@ async def remove(k: Kubectl, manifest: str) -> None:
     await k("wait", "--for=delete", "--timeout=90s", *gone, check=False)
 
 
+async def act_as_the_router(cluster: KubeCluster) -> None:
+    """With warmgate's own token: the Lease as leader election uses it (create, get, a
+    conditional update; a stale one is a conflict), and the peers' EndpointSlices."""
+    kubeconfig = await asyncio.to_thread(
+        cluster.service_account_kubeconfig, "warmgate", "warmgate", False
+    )
+    sa = Kubectl(cluster, kubeconfig)
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE, "namespace": "warmgate"},
+        "spec": {"holderIdentity": "warmgate-a", "leaseDurationSeconds": 15},
+    }
+    await sa("create", "-f", "-", stdin=json.dumps(lease))
+    got = json.loads(await sa("get", "lease", LEASE, "-n", "warmgate", "-o=json"))
+    got["spec"]["holderIdentity"] = "warmgate-b"
+    await sa("replace", "-f", "-", stdin=json.dumps(got))  # PUT with its resourceVersion
+    stale = await sa.refused("replace", "-f", "-", stdin=json.dumps(got))
+    assert "the object has been modified" in stale, "a stale update is a conflict (409)"
+    now = json.loads(await sa("get", "lease", LEASE, "-n", "warmgate", "-o=json"))
+    assert now["spec"]["holderIdentity"] == "warmgate-b"
+    assert "forbidden" in await sa.refused("delete", "lease", LEASE, "-n", "warmgate")
+    # The EndpointSlice controller makes the headless Service's slices (empty here: no node
+    # runs the pods); warmgate lists them by the service-name label, as its informer does.
+    selector = f"kubernetes.io/service-name={PEERS}"
+    async with asyncio.timeout(30):
+        while True:
+            listed = await sa(
+                "get",
+                "endpointslices.discovery.k8s.io",
+                "-n",
+                "warmgate",
+                "-l",
+                selector,
+                "-o=json",
+            )
+            owners = {
+                (o["kind"], o["name"])
+                for item in json.loads(listed)["items"]
+                for o in item["metadata"].get("ownerReferences") or ()
+            }
+            if owners:
+                break
+            await asyncio.sleep(0.2)
+    assert owners == {("Service", PEERS)}
+    assert "forbidden" in await sa.refused("get", "pods", "-n", "warmgate")
+
+
 @pytest.mark.parametrize("tree", ["base", "overlays/single-node"])
 async def test_the_core_objects_apply_to_a_real_api_server(
     kube_cluster: KubeCluster, tree: str
 ) -> None:
     objects = core_objects(tree)
-    assert {o["kind"] for o in objects} == {
+    one_replica = {"PodDisruptionBudget"} if tree == "overlays/single-node" else set()
+    assert {o["kind"] for o in objects} | one_replica == {
+        "PodDisruptionBudget",
+        "NetworkPolicy",
         "Namespace",
         "ServiceAccount",
         "Role",
@@ -106,6 +176,12 @@ async def test_the_core_objects_apply_to_a_real_api_server(
             ("patch", ["deployments", "--subresource=scale", "-n", "render"], "yes"),
             ("watch", ["endpointslices.discovery.k8s.io", "-n", "render"], "yes"),
             ("create", ["leases.coordination.k8s.io", "-n", "warmgate"], "yes"),
+            ("update", [f"leases.coordination.k8s.io/{LEASE}", "-n", "warmgate"], "yes"),
+            ("update", ["leases.coordination.k8s.io/other", "-n", "warmgate"], "no"),
+            ("delete", [f"leases.coordination.k8s.io/{LEASE}", "-n", "warmgate"], "no"),
+            ("list", ["leases.coordination.k8s.io", "-n", "warmgate"], "no"),
+            ("watch", ["endpointslices.discovery.k8s.io", "-n", "warmgate"], "yes"),
+            ("list", ["pods", "-n", "warmgate"], "no"),
             ("patch", ["deployments", "-n", "render"], "no"),  # the Deployment itself: no
             ("list", ["pods", "-n", "render"], "no"),
             ("list", ["deployments", "-n", "default"], "no"),
@@ -113,5 +189,6 @@ async def test_the_core_objects_apply_to_a_real_api_server(
         ]:
             answer = await k("auth", "can-i", verb, *what, "--as", ROUTER, check=False)
             assert answer.strip() == want, (verb, what)
+        await act_as_the_router(kube_cluster)
     finally:
         await remove(k, manifest)
