@@ -40,7 +40,11 @@ def _check(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     overrides = {
         key: value
-        for key, value in (("listen", args.listen), ("admin_listen", args.admin_listen))
+        for key, value in (
+            ("listen", args.listen),
+            ("admin_listen", args.admin_listen),
+            ("scaler_listen", args.scaler_listen),
+        )
         if value
     }
     config = load_config(args.config, overrides)
@@ -77,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--listen", help="HOST:PORT; overrides the config's listen")
             command.add_argument(
                 "--admin-listen", help="HOST:PORT; overrides the config's admin_listen"
+            )
+            command.add_argument(
+                "--scaler-listen", help="HOST:PORT; overrides the config's scaler_listen"
             )
     args = parser.parse_args(argv)
     logging.basicConfig(
