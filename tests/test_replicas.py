@@ -300,6 +300,22 @@ async def test_one_replica_leads_another_takes_over_on_release_or_after_expiry()
             await m.close()
 
 
+@pytest.mark.looptime
+async def test_an_api_server_away_at_start_leaves_the_replica_degraded_then_leading() -> None:
+    cluster = FakeCluster()
+    cluster.go_down()
+    a = member(cluster, "a")
+    await a.open(lambda: None)
+    try:
+        assert not a.leading()
+        assert any("unreachable" in p for p in a.problems())
+        cluster.come_back()
+        await asyncio.sleep(15)
+        assert a.leading() and a.problems() == []
+    finally:
+        await a.close()
+
+
 def _slice(name: str, port: Any, *endpoints: tuple[str, str | None]) -> dict[str, Any]:
     return {
         "metadata": {"name": name},

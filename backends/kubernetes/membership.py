@@ -22,7 +22,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from backends.base import Peer
+from backends.base import BackendError, Peer
 from backends.kubernetes.api import (
     ENDPOINTSLICE_GROUP,
     LEASES,
@@ -162,43 +162,56 @@ class KubernetesMembership:
         return problems
 
     async def open(self, on_change: Callable[[], None]) -> None:
-        spec = self.spec
         self._on_change = on_change
         try:
             self._api = await self._connect()
         except KubeError as exc:
-            self._lease_problem = f"replicas: {exc.message}"
-            log.error("%s; this replica counts every other one as active", self._lease_problem)
-            return
-        with contextlib.suppress(TimeoutError):
+            raise BackendError(f"replicas: {exc.message}") from exc
+        try:  # what fails here is retried in the background
             async with asyncio.timeout(self._open_timeout):
-                try:
-                    resource = endpointslices(await self._api.group_versions(ENDPOINTSLICE_GROUP))
-                except KubeError as exc:
-                    self._lease_problem = f"replicas: {exc.message}"
-                    log.error("%s", self._lease_problem)
-                    return
-                self._slices = Informer(
-                    self._api,
-                    resource,
-                    spec.namespace,
-                    self._slices_changed,
-                    label_selector=f"kubernetes.io/service-name={spec.service}",
-                    backoff=self._backoff,
-                    watch_timeout=self._watch_timeout,
-                )
-                with contextlib.suppress(KubeError):  # the informer retries and reports it
-                    await self._slices.list_now()
-                await self._elect_once()
-        if self._slices is not None:
-            self._spawn(self._slices.run())
-        self._spawn(self._elect())
+                await self._bootstrap()
+        except KubeError as exc:
+            self._lease_problem = f"replicas: {exc.message}"
+        except TimeoutError:
+            self._lease_problem = "replicas: the API server did not answer in time"
+        self._spawn(self._run())
         log.info(
             "replica %s: peers %s; leader %s",
             self._identity,
             ", ".join(p.name for p in self._peers) or "none",
             self.holder or "none",
         )
+
+    async def _bootstrap(self) -> None:
+        """Each step once: discovery, the first list of the others, a first look at the Lease."""
+        api, spec = self._api, self.spec
+        assert api is not None
+        if self._slices is None:
+            resource = endpointslices(await api.group_versions(ENDPOINTSLICE_GROUP))
+            self._slices = Informer(
+                api,
+                resource,
+                spec.namespace,
+                self._slices_changed,
+                label_selector=f"kubernetes.io/service-name={spec.service}",
+                backoff=self._backoff,
+                watch_timeout=self._watch_timeout,
+            )
+        await self._elect_once()
+        if self._slices.resource_version is None:
+            await self._slices.list_now()
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._slices is None:  # the API server was away at start
+            try:
+                await self._bootstrap()
+            except KubeError as exc:
+                failures += 1
+                self._lease_problem = f"replicas: {exc.message}"
+                await asyncio.sleep(self._backoff.delay(failures))
+        self._spawn(self._slices.run())  # lists first if the first list failed
+        await self._elect()
 
     async def confirm(self) -> bool:
         await self._elect_once()
