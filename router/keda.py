@@ -131,9 +131,7 @@ class ScalerService:
         self, runtimes: Mapping[str, TargetRuntime], replicas: Replicas | None = None
     ) -> None:
         self.runtimes = runtimes
-        self.signals = {
-            name: ActiveSignal(runtime, replicas) for name, runtime in runtimes.items()
-        }
+        self.signals = {name: ActiveSignal(runtime, replicas) for name, runtime in runtimes.items()}
         if replicas is not None:  # each round of reads of the others may change the answer
             replicas.on_update.append(self._update_all)
 

@@ -414,9 +414,7 @@ class Replicas:
                 }
                 for r in self.records.values()
             ],
-            "targets": {
-                name: _combined_json(self.combined(name), now) for name in self.runtimes
-            },
+            "targets": {name: _combined_json(self.combined(name), now) for name in self.runtimes},
         }
 
 
