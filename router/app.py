@@ -120,6 +120,8 @@ def build_apps(config: Config) -> Apps:
     public.router.add_route("*", PREFIX + "{tail:.*}", _reserved)
     if config.models:  # the OpenAI-compatible API; without models, /v1 is proxied like any path
         api = build_openai_api(config, runtimes, sessions, metrics)
+        if replicas is not None:  # the day's cloud budget is the replicas' together
+            replicas.share_budget(api.budget)
         api.add_routes(public)
         public.cleanup_ctx.append(api.lifespan)
     public.router.add_route("*", "/{tail:.*}", dispatcher.handle)

@@ -6,6 +6,9 @@ overspend it together. When the answer is done, the reservation is replaced by t
 (or released when the call failed). The day rolls over at midnight UTC: the spend restarts at
 zero, outstanding reservations carry over. The wall clock is injectable for tests.
 
+With several warmgate replicas the day's limit is theirs together: ``others`` says what the other
+replicas spent and reserved today, as last heard (docs/replicas.md).
+
 One event loop, no awaits inside: no locks needed.
 """
 
@@ -54,6 +57,8 @@ class Budget:
         self.reserved = 0.0
         """USD held by requests still running."""
         self.outstanding = 0
+        self.others: Callable[[datetime.date], float] | None = None
+        """USD the other warmgate replicas spent and reserved on a given day, as last heard."""
 
     def _roll(self) -> None:
         now = self.clock()
@@ -67,7 +72,13 @@ class Budget:
     def left(self) -> float:
         """USD still allowed today, outstanding reservations deducted (never below zero)."""
         self._roll()
-        return max(0.0, self.limit - self.spent - self.reserved)
+        others = self.others(self.day) if self.others is not None else 0.0
+        return max(0.0, self.limit - self.spent - self.reserved - others)
+
+    def mine(self) -> tuple[datetime.date, float]:
+        """This replica's day and its USD spent and reserved on it (what the others count)."""
+        self._roll()
+        return self.day, self.spent + self.reserved
 
     def reserve(self, amount: float, cloud: str) -> Reservation | None:
         """Hold ``amount`` USD for one request, or ``None`` when the day cannot afford it."""

@@ -9,7 +9,8 @@ one, and before it does it *fences* the others (``POST /replicas/fence``): each 
 idle too holds new requests for the target until the release shows in the cluster (or the
 fence times out), so no request can reach a pod that is being stopped. A replica that holds a
 request for the first time tells the others at once (``POST /replicas/report``), so a KEDA
-scaler connected to another replica hears ``active`` without waiting for a poll.
+scaler connected to another replica hears ``active`` without waiting for a poll. The day's cloud
+budget is theirs together too: each replica reports what it spent and reserved today.
 
 :func:`combine` is pure; :class:`Replicas` does the I/O.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +31,7 @@ from aiohttp import web
 
 from backends.base import Membership, Peer
 from backends.specs import ReplicasSpec
+from router.budget import Budget
 from router.metrics import Metrics
 from router.targets import TargetRuntime
 
@@ -184,6 +187,11 @@ class Replicas:
         self.fenceables: dict[str, Fenceable] = {}
         self.on_update: list[Callable[[], None]] = []
         """Called after every round of reads and on leadership changes."""
+        self.budget: Budget | None = None
+        """The day's cloud budget, when the OpenAI API is served: shared with the others."""
+        self.spend: dict[str, tuple[datetime.date, float]] = {}
+        """USD each other replica spent and reserved, by its name: (day, USD) as last heard;
+        kept after the replica is gone (what it spent today stays spent)."""
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._pushes: set[asyncio.Task[None]] = set()
@@ -279,11 +287,22 @@ class Replicas:
                 log.warning("replica %s not answering: %r", record.peer.name, exc)
             record.reachable, record.error = False, repr(exc)
 
+    def share_budget(self, budget: Budget) -> None:
+        self.budget = budget
+        budget.others = self.others_spend
+
+    def others_spend(self, day: datetime.date) -> float:
+        return sum(usd for on, usd in self.spend.values() if on == day)
+
     def _heard(self, record: PeerRecord, body: Any) -> None:
         now = self.now
         targets = body.get("targets") if isinstance(body, dict) else None
         if not isinstance(targets, dict):
             raise ValueError("expected {'targets': {...}}")
+        budget = body.get("budget")
+        if isinstance(budget, dict) and "day" in budget:
+            day = datetime.date.fromisoformat(str(budget["day"]))
+            self.spend[record.peer.name] = (day, float(budget.get("usd") or 0.0))
         record.words = {
             name: word_from_json(data, now)
             for name, data in targets.items()
@@ -303,7 +322,7 @@ class Replicas:
 
     def report(self) -> dict[str, Any]:
         now = self.now
-        return {
+        out: dict[str, Any] = {
             "replica": self.identity,
             "leader": self.membership.leading(),
             "targets": {
@@ -311,6 +330,10 @@ class Replicas:
                 for name, runtime in self.runtimes.items()
             },
         }
+        if self.budget is not None:
+            day, usd = self.budget.mine()
+            out["budget"] = {"day": day.isoformat(), "usd": round(usd, 6)}
+        return out
 
     def heard_from(self, body: Any) -> None:
         """A report another replica pushed (it holds a request for the first time)."""

@@ -93,3 +93,16 @@ def test_estimates_without_limits_use_the_assumed_output_and_count_choices() -> 
     assert actual("embeddings", {"prompt_tokens": 10, "total_tokens": 10}, 0, PRICES) == (
         pytest.approx(30 / 1e6)
     )
+
+
+def test_the_other_replicas_spend_of_the_same_day_counts_against_the_limit() -> None:
+    clock = Clock(MIDNIGHT - 60.0)
+    budget = Budget(10.0, clock)
+    theirs = {datetime.date(2026, 2, 28): 7.0}  # what the other replicas spent yesterday
+    budget.others = lambda day: theirs.get(day, 0.0)
+    assert budget.left() == pytest.approx(3.0)
+    assert budget.reserve(3.5, "c") is None
+    granted = budget.reserve(2.0, "c")
+    assert granted is not None and budget.mine() == (datetime.date(2026, 2, 28), 2.0)
+    clock.now = MIDNIGHT  # a new day: theirs was yesterday's
+    assert budget.left() == pytest.approx(8.0)  # the outstanding reservation carries over
