@@ -268,6 +268,9 @@ class Replicas:
                 if now - contact > self._forget_after:
                     del self.records[name]
         await asyncio.gather(*(self._read(self.records[name]) for name in listed))
+        if self.budget is not None:  # a day gone by is nobody's spend any more
+            today = self.budget.mine()[0]
+            self.spend = {n: (day, usd) for n, (day, usd) in self.spend.items() if day >= today}
         reachable = sum(r.reachable for r in self.records.values() if r.listed)
         unreachable = sum(not r.reachable for r in self.records.values())
         self._peer_gauges["reachable"].set(reachable)
