@@ -79,6 +79,11 @@ class Dispatcher:
         runtime: TargetRuntime | None = None
         try:
             runtime, match = self._route(request)
+            if match.redirect is not None:
+                query = request.raw_path.partition("?")[2]
+                location = match.redirect + ("?" + query if query else "")
+                moved = web.Response(status=308, headers={"Location": location})
+                return self._account(request, runtime, started, moved)
             websocket = is_websocket_upgrade(request)
             state = runtime.servable_now()
             cold_wait: float | None = None

@@ -2,6 +2,10 @@
 
 The longest ``path_prefix`` wins across all targets; among equal prefixes, the route with more
 conditions (hosts, headers) wins; exact hosts beat wildcards. The table is compiled once.
+
+A stripped prefix asked for without its trailing slash (``/comfy`` for ``/comfy/``) is redirected
+to it, as nginx does: a UI served at ``/`` upstream resolves its relative URLs against the
+browser's address, so ``/comfy`` itself must never be served.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class RouteEntry:
 class Match:
     entry: RouteEntry
     upstream_path: str
+    redirect: str | None = None
+    """Answer with a redirect to this path instead (the stripped prefix's trailing slash)."""
 
     @property
     def target(self) -> str:
@@ -87,8 +93,18 @@ class RouteTable:
         ]
         ranked.sort(key=lambda pair: pair[0], reverse=True)
         self.entries: tuple[RouteEntry, ...] = tuple(entry for _, entry in ranked)
+        self._slashless = frozenset(
+            e.prefix.rstrip("/") for e in self.entries if e.strip_prefix and e.prefix != "/"
+        )
 
     def match(self, host: str | None, path: str, headers: Mapping[str, str]) -> Match | None:
+        if path in self._slashless:
+            slashed = self._match(host, path + "/", headers)
+            if slashed is not None and slashed.entry.prefix.rstrip("/") == path:
+                return Match(slashed.entry, "/", redirect=path + "/")
+        return self._match(host, path, headers)
+
+    def _match(self, host: str | None, path: str, headers: Mapping[str, str]) -> Match | None:
         bare = normalize_host(host)
         for entry in self.entries:
             if not entry.matches_path(path) or not entry.matches_host(bare):

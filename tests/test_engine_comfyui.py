@@ -217,3 +217,10 @@ async def test_a_page_load_burst_at_a_cold_target_is_served_and_the_ui_works_und
                 image = (await r.json())[prompt_id]["outputs"]["9"]["images"][0]
             async with client.get(wg.url + PREFIX + "/view", params=image) as r:
                 assert r.status == 200 and r.content_type == "image/png"
+
+            # The prefix without its slash would resolve those URLs against "/": redirected.
+            async with client.get(wg.url + PREFIX + "?tab=2", allow_redirects=False) as r:
+                assert r.status == 308 and r.headers["Location"] == PREFIX + "/?tab=2"
+            async with client.get(wg.url + PREFIX, headers=NAVIGATE) as r:
+                assert r.status == 200 and r.url.path == PREFIX + "/"
+                assert "<html" in (await r.text()).lower()

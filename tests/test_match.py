@@ -43,7 +43,36 @@ def test_strip_prefix_rewrites_the_path() -> None:
     match = table().match("x", "/comfy/view", {})
     assert match is not None and match.upstream_path == "/view"
     match = table().match("x", "/comfy", {})
-    assert match is not None and match.upstream_path == "/"
+    assert match is not None and match.target == "comfy" and match.redirect == "/comfy/"
+    assert table().match("x", "/comfy/", {}) == match.__class__(match.entry, "/")
+
+
+def test_a_stripped_prefix_without_its_slash_redirects_and_only_then() -> None:
+    def target(*routes: dict[str, object]) -> dict[str, object]:
+        return {"routes": list(routes), "backend": {"kind": "static", "url": "http://x"}}
+
+    routes = RouteTable(
+        parse_config(
+            {
+                "targets": {
+                    "root": target({"path_prefix": "/"}),
+                    "ui": target({"path_prefix": "/ui/", "strip_prefix": True}),
+                    "kept": target({"path_prefix": "/kept/"}),
+                    "only-b": target(
+                        {"hosts": ["b"], "path_prefix": "/b-ui/", "strip_prefix": True}
+                    ),
+                }
+            }
+        )
+    )
+    ui = routes.match("x", "/ui", {})
+    assert ui is not None and (ui.target, ui.redirect) == ("ui", "/ui/")
+    kept = routes.match("x", "/kept", {})  # not stripped: the upstream sees the path it expects
+    assert kept is not None and (kept.target, kept.redirect) == ("root", None)
+    other_host = routes.match("a", "/b-ui", {})
+    assert other_host is not None and (other_host.target, other_host.redirect) == ("root", None)
+    on_b = routes.match("b", "/b-ui", {})
+    assert on_b is not None and on_b.redirect == "/b-ui/"
 
 
 def test_hosts_exact_wildcard_and_port() -> None:
