@@ -32,7 +32,16 @@ def _print_table(config: Config) -> None:
 def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     print(f"{args.config}: ok, {len(config.targets)} targets")
-    print(f"listen {config.listen}, admin {config.admin_listen}\n")
+    print(f"listen {config.listen}, admin {config.admin_listen}")
+    if config.scaler_listen is not None:
+        print(f"KEDA scaler {config.scaler_listen}")
+    replicas = config.replicas
+    if replicas is not None:
+        print(
+            f"replicas: peers from Service {replicas.namespace}/{replicas.service} "
+            f"(port {replicas.port}), leader Lease {replicas.namespace}/{replicas.lease}"
+        )
+    print()
     _print_table(config)
     return 0
 

@@ -175,6 +175,16 @@ def test_check_command_prints_the_routing_table(
     assert "x-team=render" in out and "comfyui" in out and "static" in out
 
 
+def test_check_command_names_the_replicas_service_and_lease(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = GOOD + "replicas: {namespace: wg, service: wg-peers}\n"
+    assert main(["check", "--config", str(write(tmp_path, text))]) == 0
+    out = capsys.readouterr().out
+    assert "replicas: peers from Service wg/wg-peers (port admin)" in out
+    assert "leader Lease wg/warmgate-leader" in out
+
+
 def test_check_command_fails_with_status_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
