@@ -59,8 +59,11 @@ class Backend(Protocol):
         """Ask for the workload to run. Returns once asked, not once ready."""
         ...
 
-    async def scale_down(self) -> None:
-        """Stop the workload and release its GPU. Returns once it is stopped."""
+    async def scale_down(self, deadline: float | None = None) -> None:
+        """Stop the workload and release its GPU. Returns once it is stopped (or, for a shared
+        workload, once the stop is stored). ``deadline``: loop time after which a stop that
+        could not be made yet is given up rather than retried (other warmgate replicas serve
+        the workload again from then on)."""
         ...
 
     async def close(self) -> None:

@@ -139,7 +139,7 @@ class ProcessBackend:
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
         self._set(Observation(failure=reason, crashed=True))
 
-    async def scale_down(self) -> None:
+    async def scale_down(self, deadline: float | None = None) -> None:
         async with self._lock:
             proc = self._proc
             self._stopping = True

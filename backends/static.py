@@ -23,7 +23,7 @@ class StaticBackend:
     async def scale_up(self) -> None:
         return None
 
-    async def scale_down(self) -> None:
+    async def scale_down(self, deadline: float | None = None) -> None:
         return None
 
     async def close(self) -> None:

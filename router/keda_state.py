@@ -72,10 +72,13 @@ def activeness(w: Wants) -> Activeness:
         return answer(False, "scaled to zero")
     if phase is Phase.STARTING:
         return answer(True, "starting")
-    if phase is Phase.DRAINING and state.stopping:
-        return answer(False, "idle: released")
-    if w.idle_since is None:
+    if w.idle_since is None:  # once stopping: only through another warmgate replica
         return answer(True, "active", w.now + w.idle_after)
+    if phase is Phase.DRAINING and state.stopping and now >= w.idle_since + w.idle_after:
+        return answer(False, "idle: released")
+    if phase is Phase.DRAINING and state.stopping:  # another replica was active meanwhile
+        release_at = w.idle_since + w.idle_after
+        return answer(True, "active on another replica within its idle window", release_at)
     release_at = w.idle_since + w.idle_after
     if now < release_at:
         return answer(True, "within its idle window", release_at)
@@ -118,6 +121,9 @@ def decide_keda(v: View) -> Step:
             return Step(Act.LOST, reason="KEDA scaled it to zero")
         if v.held > 0:
             return Step(Act.ADOPT, reason="a request arrived while KEDA was scaling it down")
+        if v.idle_since is None or v.idle_since + v.scaling.idle_after > v.now + SLACK:
+            # another warmgate replica was active meanwhile: the scaler says active again
+            return Step(Act.ADOPT, reason="active on another replica")
         return Step(Act.WAIT)
     step = decide(v)
     if step.act is Act.FAIL and not (obs.crashed or obs.failure) and not obs.endpoints:

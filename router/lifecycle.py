@@ -138,10 +138,13 @@ class Lifecycle:
                 raise
             except Exception as exc:  # a backend error must never end the loop
                 log.exception("%s: %s failed", self.rt.name, step.act.value)
-                if self.rt.state.phase is Phase.STARTING:
+                state = self.rt.state
+                if state.phase is Phase.STARTING:
                     self._fail(f"{step.act.value} failed: {exc}")
                     with contextlib.suppress(Exception):
                         await self._scale_down()  # never hold the GPU through a backoff
+                elif state.phase is Phase.DRAINING and math.isinf(self._fenced_until):
+                    await self._drain_failed(exc)  # never left holding requests for a stop
                 else:
                     await self._wait(self.now + 1.0)
 
@@ -241,7 +244,8 @@ class Lifecycle:
 
     async def _drain(self, reason: str) -> None:
         rt = self.rt
-        self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason))
+        before = rt.state
+        self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=False))
         # A last look at the engine's own queue (a render may have been queued since the last
         # poll). The workload is still up meanwhile: a request that arrives is served at once
         # and cancels the drain.
@@ -258,25 +262,64 @@ class Lifecycle:
             or idle_since is None
             or self.now - idle_since < rt.spec.scaling.idle_after
         ):
-            self._publish(rt.state.with_phase(Phase.READY, self.now, reason="drain cancelled"))
+            self._back_to(before, "drain cancelled")
             return
         self._publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))
         if self.replicas is not None and not self.keda:
-            refused = await self._fence_others()
-            if refused:
-                log.info("%s: release put off: %s", rt.name, refused)
-                self._release_not_before = self.now + self.replicas.spec.poll_interval
-                self._publish(
-                    rt.state.with_phase(Phase.READY, self.now, reason=f"release put off: {refused}")
-                )
-                return
+            await self._release_with_others(before, reason)
+            return
         await self._close_streams()
         if self.keda:  # the scaler now says inactive; KEDA's scale-down ends this (-> cold)
-            rt.metrics.idle_releases.labels(rt.name).inc()
+            if self.replicas is None or self.replicas.leading():  # counted once
+                rt.metrics.idle_releases.labels(rt.name).inc()
             return
         await rt.backend.scale_down()
         rt.metrics.idle_releases.labels(rt.name).inc()
         self._publish(rt.state.with_phase(Phase.COLD, self.now, endpoints=(), reason=reason))
+
+    async def _drain_failed(self, exc: Exception) -> None:
+        rt = self.rt
+        self._next_probe = self.now
+        reason = f"release failed: {exc}"
+        self._publish(rt.state.with_phase(Phase.STARTING, self.now, reason=reason, stopping=False))
+        if self.replicas is not None:
+            with contextlib.suppress(Exception):
+                await self.replicas.unfence_others(rt.name)
+        await self._wait(self.now + 1.0)
+
+    def _back_to(self, before: TargetState, reason: str) -> None:
+        """A drain that does not happen: the phase it started from (ready, or failed with the
+        workload left running), serving again."""
+        rt = self.rt
+        if before.phase is Phase.READY:
+            self._publish(rt.state.with_phase(Phase.READY, self.now, reason=reason, stopping=False))
+        else:
+            self._publish(dataclasses.replace(before, reason=reason))
+
+    async def _release_with_others(self, before: TargetState, reason: str) -> None:
+        """The leader's release: fence the other replicas, confirm the leadership, stop, all
+        before the fences could run out (half of ``fence_timeout``); or put it off."""
+        rt, replicas = self.rt, self.replicas
+        assert replicas is not None
+        deadline = self.now + replicas.spec.fence_timeout / 2
+        refused = await self._fence_others()
+        if refused is None and self.now >= deadline:
+            refused = "fencing took too long"
+            await replicas.unfence_others(rt.name)
+        if refused:
+            log.info("%s: release put off: %s", rt.name, refused)
+            self._release_not_before = self.now + replicas.spec.poll_interval
+            self._back_to(before, f"release put off: {refused}")
+            return
+        await rt.backend.scale_down(deadline)
+        if rt.backend.observe().running:  # the stop could not be stored in time
+            await replicas.unfence_others(rt.name)
+            self._release_not_before = self.now + replicas.spec.poll_interval
+            self._back_to(before, "release put off: the stop could not be made in time")
+            return
+        rt.metrics.idle_releases.labels(rt.name).inc()
+        self._publish(rt.state.with_phase(Phase.COLD, self.now, endpoints=(), reason=reason))
+        await self._close_streams()
 
     async def _close_streams(self) -> None:
         for close in list(self.rt.activity.streams.values()):
@@ -284,10 +327,13 @@ class Lifecycle:
                 await close(1001, "idle: the GPU is released")
 
     async def _scale_down(self) -> None:
+        """After a failed start or a lost workload. With several replicas, never: the workload
+        may serve another replica; a failed target whose workload runs on is released by
+        idleness like a ready one (``decide``), fenced by the leader."""
         if self.keda:  # KEDA scales down once the scaler says inactive (and cooldown passed)
             return
-        if self.replicas is not None and not self.replicas.leading():
-            log.info("%s: a scale-down is the leader's to decide", self.rt.name)
+        if self.replicas is not None:
+            log.info("%s: left running: a stop is the leader's, once all are idle", self.rt.name)
             return
         await self.rt.backend.scale_down()
 
@@ -335,11 +381,20 @@ class Lifecycle:
         self._fenced_until = -math.inf
         rt = self.rt
         if rt.state.phase is Phase.DRAINING and rt.state.stopping:
-            self._publish(
-                rt.state.with_phase(
-                    Phase.READY, self.now, endpoints=self._obs.endpoints, reason=reason
+            endpoints = self._obs.endpoints
+            if endpoints:
+                self._publish(
+                    rt.state.with_phase(
+                        Phase.READY, self.now, endpoints=endpoints, reason=reason, stopping=False
+                    )
                 )
-            )
+            else:  # the pod went meanwhile: wait for one, probed like any start
+                self._next_probe = self.now
+                self._publish(
+                    rt.state.with_phase(
+                        Phase.STARTING, self.now, endpoints=(), reason=reason, stopping=False
+                    )
+                )
         rt.wake.set()
 
     @property

@@ -57,7 +57,14 @@ class Word:
 
     @property
     def active(self) -> bool:
-        return self.idle_since is None or self.held > 0 or self.in_flight > 0
+        """Requests held or in flight, activity within its window, or a start under way (a
+        replica that probes the workload it found running would refuse a fence)."""
+        return (
+            self.idle_since is None
+            or self.held > 0
+            or self.in_flight > 0
+            or self.phase == "starting"
+        )
 
 
 @dataclass
@@ -249,10 +256,13 @@ class Replicas:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.spec.poll_interval)
-            await self.poll()
+            try:
+                await self.poll()
+            except Exception:  # a round that fails must never end the reading of the others
+                log.exception("reading the other replicas failed")
 
-    async def poll(self) -> None:
-        """Read every listed replica once, at the same time; forget long-gone ones."""
+    def _sync_records(self) -> list[str]:
+        """Records for the replicas listed now (new ones start unheard); returns their names."""
         now = self.now
         listed = {peer.name: peer for peer in self.membership.peers()}
         for name, peer in listed.items():
@@ -267,6 +277,11 @@ class Replicas:
                 contact = record.last_contact or record.first_seen
                 if now - contact > self._forget_after:
                     del self.records[name]
+        return list(listed)
+
+    async def poll(self) -> None:
+        """Read every listed replica once, at the same time; forget long-gone ones."""
+        listed = self._sync_records()
         await asyncio.gather(*(self._read(self.records[name]) for name in listed))
         if self.budget is not None:  # a day gone by is nobody's spend any more
             today = self.budget.mine()[0]
@@ -285,7 +300,9 @@ class Replicas:
                 resp.raise_for_status()
                 body = await resp.json()
             self._heard(record, body)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # refused, timed out, or an answer that makes no sense
             if record.reachable or record.error is None:
                 log.warning("replica %s not answering: %r", record.peer.name, exc)
             record.reachable, record.error = False, repr(exc)
@@ -297,6 +314,16 @@ class Replicas:
     def others_spend(self, day: datetime.date) -> float:
         return sum(usd for on, usd in self.spend.values() if on == day)
 
+    def _remember_spend(self, name: str, day: datetime.date, usd: float) -> None:
+        """Another replica's spend as a third one remembers it: the highest word wins, and
+        never over the replica's own (while it is heard) or this one's (echoed back)."""
+        record = self.records.get(name)
+        if name == self.identity or (record is not None and record.last_contact is not None):
+            return
+        known = self.spend.get(name)
+        if known is None or known[0] < day or (known[0] == day and known[1] < usd):
+            self.spend[name] = (day, usd)
+
     def _heard(self, record: PeerRecord, body: Any) -> None:
         now = self.now
         targets = body.get("targets") if isinstance(body, dict) else None
@@ -305,7 +332,9 @@ class Replicas:
         budget = body.get("budget")
         if isinstance(budget, dict) and "day" in budget:
             day = datetime.date.fromisoformat(str(budget["day"]))
-            self.spend[record.peer.name] = (day, float(budget.get("usd") or 0.0))
+            self.spend[record.peer.name] = (day, float(budget.get("usd") or 0.0))  # its word
+            for name, (on, usd) in _spend_from_json(budget.get("remembered")).items():
+                self._remember_spend(name, on, usd)  # replicas gone before this one came
         record.words = {
             name: word_from_json(data, now)
             for name, data in targets.items()
@@ -335,16 +364,23 @@ class Replicas:
         }
         if self.budget is not None:
             day, usd = self.budget.mine()
-            out["budget"] = {"day": day.isoformat(), "usd": round(usd, 6)}
+            remembered = {
+                name: {"day": on.isoformat(), "usd": round(spent, 6)}
+                for name, (on, spent) in self.spend.items()
+            }
+            out["budget"] = {"day": day.isoformat(), "usd": round(usd, 6), "remembered": remembered}
         return out
 
     def heard_from(self, body: Any) -> None:
         """A report another replica pushed (it holds a request for the first time)."""
         name = body.get("replica") if isinstance(body, dict) else None
         record = self.records.get(str(name)) if name else None
+        if record is None and name:
+            self._sync_records()  # listed since the last poll
+            record = self.records.get(str(name))
         if record is None:
-            return  # not listed yet: the next poll finds it
-        with contextlib.suppress(ValueError):
+            return  # not listed (yet): the next poll finds it
+        with contextlib.suppress(Exception):
             self._heard(record, body)
             self._notify()
 
@@ -377,6 +413,7 @@ class Replicas:
     async def fence_others(self, target: str) -> str | None:
         """Ask every other replica to hold new requests for ``target``: ``None`` when all
         did, else why not (the ones fenced are let go again)."""
+        self._sync_records()
         now = self.now
         grace = self.spec.peer_grace
         asked = [
@@ -399,8 +436,8 @@ class Replicas:
                 fenced.append(record.peer)
             else:
                 refused.append(f"replica {record.peer.name}: {answer.get('reason') or 'active'}")
-        if refused:
-            await self.unfence_others(target, fenced)
+        if refused:  # every one asked: a fence may have arrived whose answer did not
+            await self.unfence_others(target, [r.peer for r in asked])
             return "; ".join(refused)
         return None
 
@@ -413,7 +450,10 @@ class Replicas:
         fenceable = self.fenceables.get(target)
         if fenceable is None:
             return f"no target {target!r} here"
-        return fenceable.fence(self.now + max(0.0, seconds), leader)
+        if not math.isfinite(seconds):
+            return "seconds must be a finite number"
+        seconds = min(max(0.0, seconds), self.spec.fence_timeout)  # never longer than ours
+        return fenceable.fence(self.now + seconds, leader)
 
     def unfence(self, target: str) -> None:
         fenceable = self.fenceables.get(target)
@@ -442,6 +482,15 @@ class Replicas:
             ],
             "targets": {name: _combined_json(self.combined(name), now) for name in self.runtimes},
         }
+
+
+def _spend_from_json(data: Any) -> dict[str, tuple[datetime.date, float]]:
+    out: dict[str, tuple[datetime.date, float]] = {}
+    if isinstance(data, dict):
+        for name, entry in data.items():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                out[str(name)] = (datetime.date.fromisoformat(entry["day"]), float(entry["usd"]))
+    return out
 
 
 def _combined_json(c: Combined, now: float) -> dict[str, Any]:

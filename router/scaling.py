@@ -95,11 +95,20 @@ def decide(v: View) -> Step:
         return Step(Act.WAIT)
 
     if phase is Phase.FAILED:
+        until = state.retry_at
+        if obs.running and not obs.crashed and v.idle_since is not None and v.held == 0:
+            # The workload outlived the failed start (another warmgate replica serves it, or
+            # KEDA keeps it): released by idleness, like a ready one.
+            release_at = max(v.idle_since + v.scaling.idle_after, v.release_not_before)
+            if now >= release_at and v.may_release:
+                return Step(Act.DRAIN, reason=f"failed here, idle for {now - v.idle_since:.0f}s")
+            if now < release_at:
+                until = min(until, release_at) if now < until else release_at
         if now < state.retry_at:
-            return Step(Act.WAIT, until=state.retry_at)
+            return Step(Act.WAIT, until=until)
         if v.held > 0 or v.wanted:
             return Step(Act.START, reason="retrying after backoff")
-        return Step(Act.WAIT)
+        return Step(Act.WAIT, until=until if until > now else math.inf)
 
     if phase is Phase.STARTING:
         if obs.crashed or obs.failure:

@@ -43,7 +43,7 @@ class FakeBackend:
         else:
             self.set(Observation(running=True, endpoints=(self.endpoint,)))
 
-    async def scale_down(self) -> None:
+    async def scale_down(self, deadline: float | None = None) -> None:
         self.calls.append("down")
         if self.stop_gate is not None:
             await self.stop_gate.wait()

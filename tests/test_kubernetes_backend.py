@@ -291,6 +291,23 @@ async def test_while_the_api_server_is_away_endpoints_stay_and_scaling_is_retrie
         assert len(relists) > len(lists), "410 Gone after the restart: listed again"
 
 
+async def test_a_stop_with_a_deadline_is_given_up_at_it_and_never_lands_later() -> None:
+    cluster = FakeCluster()
+    cluster.create_deployment(NS, "comfyui", replicas=1)
+    await asyncio.sleep(0.1)
+    async with opened(cluster) as (backend, _):
+        loop = asyncio.get_running_loop()
+        cluster.go_down()
+        await backend.scale_down(deadline=loop.time() + 5)  # the others serve again then
+        assert not backend.observe().running, "asked, pending"
+        await asyncio.sleep(6)
+        assert backend.observe().running, "given up: the Deployment as it is"
+        assert "pending" not in (backend.observe().degraded or "")
+        cluster.come_back(restarted=False)
+        await asyncio.sleep(60)
+        assert cluster.replicas(NS, "comfyui") == 1, "a given-up stop never lands"
+
+
 async def test_a_scale_up_while_away_is_retried_and_wins_over_a_pending_stop() -> None:
     cluster = FakeCluster()
     cluster.create_deployment(NS, "comfyui", replicas=1)

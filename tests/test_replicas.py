@@ -175,10 +175,10 @@ class NotLeading:
 
 
 @contextlib.asynccontextmanager
-async def ready_rig() -> AsyncIterator[Rig]:
-    """A target on a replica that is not the leader, ready, idle window 60 s."""
+async def ready_rig(membership: Any = None) -> AsyncIterator[Rig]:
+    """A target on a replica (by default not the leader), ready, idle window 60 s."""
     rig = make_rig(idle_after="60s")
-    replicas = Replicas(NotLeading(), spec(), {"t": rig.runtime}, rig.metrics)
+    replicas = Replicas(membership or NotLeading(), spec(), {"t": rig.runtime}, rig.metrics)
     rig.lifecycle = Lifecycle(rig.runtime, replicas)
     await rig.lifecycle.open()
     try:
@@ -187,6 +187,16 @@ async def ready_rig() -> AsyncIterator[Rig]:
         yield rig
     finally:
         await rig.lifecycle.close()
+
+
+class Leading(NotLeading):
+    identity = "warmgate-0"
+
+    def leading(self) -> bool:
+        return True
+
+    async def confirm(self) -> bool:
+        return True
 
 
 @pytest.mark.looptime
@@ -242,6 +252,40 @@ async def test_a_fence_that_the_leader_calls_off_or_that_runs_out_serves_again()
         await rig.until(Phase.READY)  # the leader died before releasing: the fence runs out
         assert 9 <= loop.time() - began <= 11
         assert rig.backend.calls == ["up"]
+
+
+@pytest.mark.looptime
+async def test_a_fence_that_ends_with_the_pod_gone_waits_for_one_instead_of_serving_none() -> None:
+    async with ready_rig() as rig:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(61)
+        assert rig.lifecycle.fence(loop.time() + 10, "warmgate-0") is None
+        rig.backend.set(Observation(running=True))  # the pod restarts meanwhile: no endpoint
+        await asyncio.sleep(11)
+        assert rig.phase is Phase.STARTING and rig.runtime.state.endpoints == ()
+        rig.backend.set(Observation(running=True, endpoints=(rig.backend.endpoint,)))
+        await rig.until(Phase.READY)
+        assert rig.runtime.state.endpoints == (rig.backend.endpoint,)
+        assert rig.runtime.state.stopping is False
+
+
+@pytest.mark.looptime
+async def test_with_replicas_a_failed_start_leaves_the_workload_then_idleness_releases_it() -> None:
+    async with ready_rig(Leading()) as rig:
+        phases: list[tuple[Phase, list[str]]] = []
+        rig.runtime.cell.subscribe(
+            lambda old, new: phases.append((new.phase, list(rig.backend.calls)))
+        )
+        rig.backend.crash("the pod restarted")  # lost while ready: cold, left alone
+        await asyncio.sleep(1)
+        rig.backend.set(Observation(running=True))  # running again, never ready from here
+        await rig.until(Phase.STARTING)
+        await asyncio.sleep(30)
+        assert rig.backend.calls == ["up"] and rig.phase is Phase.STARTING
+        await rig.until(Phase.COLD, limit=400)  # failed, then idle everywhere: released
+        assert (Phase.FAILED, ["up"]) in phases, "a failed start here stopped nothing"
+        assert rig.backend.calls == ["up", "down"]
+        assert rig.metric("warmgate_idle_releases_total") == 1
 
 
 # -- the Lease and the EndpointSlices -----------------------------------------------------------

@@ -1,13 +1,16 @@
-"""The day's cloud budget with two warmgate replicas: what one spends, the other counts. Both
-run in this process with the real admin endpoints between them; only who the others are comes
-from a static twin of the Lease/EndpointSlice membership (tests/kube covers the real one)."""
+"""Several warmgate replicas in this process, with the real admin endpoints between them; only
+who the others are comes from a static twin of the Lease/EndpointSlice membership (tests/kube
+covers the real one): the day's cloud budget is theirs together (and outlives a replica), and a
+peer answering nonsense is a silent peer, not the end of reading the others."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -86,3 +89,102 @@ async def test_what_one_replica_spends_the_other_counts(
                     break
                 await asyncio.sleep(0.05)
         assert left_on_b == pytest.approx(1.0 - spent_on_a)
+
+
+async def test_a_replica_that_comes_later_learns_what_a_gone_one_spent(
+    cloud_key: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table: dict[str, str] = {}
+    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, table))
+    cloud = FakeOpenAI(api_key=CLOUD_KEY, name="cloud")
+
+    def config(name: str, cloud_url: str) -> dict[str, Any]:
+        data = base_config(None, cloud_url, daily_cloud_budget_usd=1.0)
+        data["replicas"] = {
+            "namespace": "warmgate",
+            "service": "warmgate-peers",
+            "identity": name,
+            "poll_interval": "100ms",
+        }
+        return data
+
+    async def left(admin: str) -> float:
+        return await metric_value(admin, "warmgate_cloud_budget_remaining_usd")
+
+    async def until_below(admin: str, value: float) -> float:
+        async with asyncio.timeout(10):
+            while True:
+                now = await left(admin)
+                if now < value:
+                    return now
+                await asyncio.sleep(0.05)
+
+    async with serve_app(cloud.app()) as cloud_url, warmgate(config("b", cloud_url)) as b:
+        table["b"] = b.admin
+        async with warmgate(config("a", cloud_url)) as a:
+            table["a"] = a.admin
+            client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0)
+            await client.chat.completions.create(model="frontier", messages=HELLO, max_tokens=50)
+            await client.close()
+            spent = 1.0 - await left(a.admin)
+            await until_below(b.admin, 1.0 - spent / 2)
+            async with asyncio.timeout(10):  # b heard a settle (not just reserve) before a goes
+                while True:
+                    if await left(b.admin) == pytest.approx(1.0 - spent):
+                        break
+                    await asyncio.sleep(0.05)
+        del table["a"]  # a is gone (a rolling update); c replaces it and hears only b
+        async with warmgate(config("c", cloud_url)) as c:
+            table["c"] = c.admin
+            assert await until_below(c.admin, 1.0) == pytest.approx(1.0 - spent)
+            assert await left(b.admin) == pytest.approx(1.0 - spent), "not counted twice"
+
+
+async def test_a_peer_that_answers_nonsense_counts_as_silent_and_reading_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiohttp import web
+
+    async def nonsense(request: web.Request) -> web.Response:
+        return web.json_response({"targets": {"t": {"held": [1], "idle_for": {}}}})
+
+    app = web.Application()
+    app.router.add_get("/replicas/activity", nonsense)
+    table: dict[str, str] = {}
+    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, table))
+    config = {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "127.0.0.1:0",
+        "targets": {"t": {"routes": [{}], "backend": {"kind": "static", "url": "http://x:1"}}},
+        "replicas": {
+            "namespace": "w",
+            "service": "p",
+            "identity": "me",
+            "poll_interval": "50ms",
+        },
+    }
+    async with serve_app(app) as odd_url, warmgate(config) as wg:
+        table.update({"me": wg.admin, "odd": odd_url})
+        replicas = wg.server.apps.replicas if wg.server.apps else None
+        assert replicas is not None
+        async with asyncio.timeout(10):
+            while True:
+                if "odd" in replicas.records and replicas.records["odd"].error is not None:
+                    break
+                await asyncio.sleep(0.05)
+        first = replicas.records["odd"].first_seen
+        await asyncio.sleep(0.3)  # several more rounds: the loop lives on
+        view = replicas.describe()
+        (odd,) = view["peers"]
+        assert odd["reachable"] is False and "TypeError" in odd["error"]
+        assert replicas.records["odd"].first_seen == first
+        async with aiohttp.ClientSession() as http:
+            fence = {"target": "t", "leader": "x", "seconds": float("inf")}
+            async with http.post(
+                wg.admin + "/replicas/fence",
+                data=json.dumps(fence),  # Infinity: Python's json writes and reads it
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                answer = await resp.json()
+        assert answer == {"fenced": False, "reason": "seconds must be a finite number"}

@@ -139,12 +139,13 @@ class KubernetesBackend:
         if self.spec.mode == "direct":
             await self._scale(self.spec.max_replicas)
 
-    async def scale_down(self) -> None:
+    async def scale_down(self, deadline: float | None = None) -> None:
         """Returns once the API server stored replicas 0 (or a retry is under way), not once
-        the pods are gone: the Deployment finishes the stop on its own. ``mode: keda``:
-        nothing."""
+        the pods are gone: the Deployment finishes the stop on its own. Retried until it lands,
+        or until ``deadline`` (loop time): then given up, and the Deployment is seen as it is
+        (other warmgate replicas serve it again by then). ``mode: keda``: nothing."""
         if self.spec.mode == "direct":
-            await self._scale(0)
+            await self._scale(0, deadline)
 
     async def close(self) -> None:
         """Stops watching; never scales the shared Deployment (a restart must not flap it)."""
@@ -246,20 +247,27 @@ class KubernetesBackend:
 
     # -- scaling --------------------------------------------------------------------------
 
-    async def _scale(self, replicas: int) -> None:
+    async def _scale(self, replicas: int, deadline: float | None = None) -> None:
         async with self._lock:
             if self._retry is not None:
                 self._retry.cancel()
                 self._retry = None
             self._intent, self._asked_at_list, self._pending = replicas, None, None
             self._changed()
+            loop = asyncio.get_running_loop()
             try:
-                await self._ask(replicas)
+                async with asyncio.timeout_at(deadline):
+                    await self._ask(replicas)
+            except TimeoutError:
+                self._give_up(replicas, "no answer before the deadline")
             except Unreachable as exc:
-                self._retry_later(replicas, exc)
+                self._retry_later(replicas, exc, deadline)
             except KubeError as exc:
-                if replicas == 0:  # a stop is never given up: retried until it lands
-                    self._retry_later(replicas, exc)
+                if replicas == 0 and (deadline is None or loop.time() < deadline):
+                    self._retry_later(replicas, exc, deadline)  # a stop is retried until it lands
+                    return
+                if replicas == 0:
+                    self._give_up(replicas, exc.message)
                     return
                 self._intent = None
                 self._changed()
@@ -287,25 +295,46 @@ class KubernetesBackend:
         self._pending = None
         self._changed()
 
-    def _retry_later(self, replicas: int, exc: KubeError) -> None:
+    def _retry_later(self, replicas: int, exc: KubeError, deadline: float | None = None) -> None:
         self._pending = f"scale to {replicas} pending, retrying: {exc.message}"
         log.warning("[%s] %s", self.target, self._pending)
         self._changed()
-        self._retry = self._spawn(self._retry_loop(replicas))
+        self._retry = self._spawn(self._retry_loop(replicas, deadline))
 
-    async def _retry_loop(self, replicas: int) -> None:
+    def _give_up(self, replicas: int, why: str) -> None:
+        """A stop with a deadline that could not be stored in time: forget it (the lock is
+        held); the Deployment is then seen as the watch shows it."""
+        log.warning("[%s] scale to %d given up at its deadline: %s", self.target, replicas, why)
+        self._intent = self._asked_at_list = self._pending = None
+        self._retry = None
+        self._changed()
+
+    async def _retry_loop(self, replicas: int, deadline: float | None = None) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
         while True:
+            if deadline is not None and loop.time() >= deadline:
+                async with self._lock:
+                    if self._intent == replicas:
+                        self._give_up(replicas, self._pending or "not stored")
+                return
             failures += 1
             self._reconnected.clear()
+            wait = self._backoff.delay(failures)
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - loop.time()))
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._backoff.delay(failures)):
+                async with asyncio.timeout(wait):
                     await self._reconnected.wait()
             async with self._lock:
                 if self._intent != replicas:
                     return
                 try:
-                    await self._ask(replicas)
+                    async with asyncio.timeout_at(deadline):
+                        await self._ask(replicas)
+                except TimeoutError:
+                    self._give_up(replicas, "no answer before the deadline")
+                    return
                 except KubeError as exc:
                     self._pending = f"scale to {replicas} pending, retrying: {exc.message}"
                     self._changed()

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import math
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
@@ -303,7 +304,7 @@ class KubernetesMembership:
             "metadata": metadata,  # with its resourceVersion: the update is conditional
             "spec": {
                 "holderIdentity": self._identity,
-                "leaseDurationSeconds": max(1, round(self.spec.lease_duration)),
+                "leaseDurationSeconds": max(1, math.ceil(self.spec.lease_duration)),
                 "acquireTime": spec.get("acquireTime") if held else now,
                 "renewTime": now,
                 "leaseTransitions": transitions if held or old is None else transitions + 1,
