@@ -20,7 +20,6 @@ from typing import Any
 from backends.base import BackendError, Observation, ObservationListener
 from backends.kubernetes.api import (
     DEPLOYMENTS,
-    ENDPOINTSLICE_GROUP,
     HPAS,
     SCALED_OBJECTS,
     Forbidden,
@@ -28,9 +27,14 @@ from backends.kubernetes.api import (
     KubeError,
     NotFound,
     Unreachable,
-    endpointslices,
 )
-from backends.kubernetes.informer import DEFAULT_BACKOFF, WATCH_TIMEOUT, Backoff, Informer
+from backends.kubernetes.informer import (
+    DEFAULT_BACKOFF,
+    WATCH_TIMEOUT,
+    Backoff,
+    Informer,
+    service_slices,
+)
 from backends.kubernetes.observe import observe, other_owners, spec_replicas
 from backends.specs import KubernetesBackend as KubernetesSpec
 
@@ -166,13 +170,11 @@ class KubernetesBackend:
         api, spec = self._api, self.spec
         assert api is not None and self._deployments is not None
         if self._slices is None:
-            resource = endpointslices(await api.group_versions(ENDPOINTSLICE_GROUP))
-            self._slices = Informer(
+            self._slices = await service_slices(
                 api,
-                resource,
                 spec.namespace,
+                spec.service_name,
                 self._changed,
-                label_selector=f"kubernetes.io/service-name={spec.service_name}",
                 backoff=self._backoff,
                 watch_timeout=self._watch_timeout,
             )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends.kubernetes.api import (
+    ENDPOINTSLICE_GROUP,
     Forbidden,
     Gone,
     Json,
@@ -24,6 +25,7 @@ from backends.kubernetes.api import (
     ObjectList,
     Resource,
     WatchEvent,
+    endpointslices,
 )
 
 log = logging.getLogger("warmgate.kubernetes")
@@ -160,3 +162,26 @@ class Informer:
                     log.warning("%s; retrying", problem)
                 self._set_problem(problem)
                 await asyncio.sleep(self.backoff.delay(failures))
+
+
+async def service_slices(
+    api: KubeApi,
+    namespace: str,
+    service: str,
+    on_change: Callable[[], None],
+    *,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    watch_timeout: int = WATCH_TIMEOUT,
+) -> Informer:
+    """An informer on a Service's EndpointSlices, in the version the server serves (discovery
+    is asked once, here)."""
+    resource = endpointslices(await api.group_versions(ENDPOINTSLICE_GROUP))
+    return Informer(
+        api,
+        resource,
+        namespace,
+        on_change,
+        label_selector=f"kubernetes.io/service-name={service}",
+        backoff=backoff,
+        watch_timeout=watch_timeout,
+    )

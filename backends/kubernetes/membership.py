@@ -25,16 +25,20 @@ from typing import Any
 
 from backends.base import BackendError, Peer
 from backends.kubernetes.api import (
-    ENDPOINTSLICE_GROUP,
     LEASES,
     Conflict,
     Json,
     KubeApi,
     KubeError,
     NotFound,
-    endpointslices,
 )
-from backends.kubernetes.informer import DEFAULT_BACKOFF, WATCH_TIMEOUT, Backoff, Informer
+from backends.kubernetes.informer import (
+    DEFAULT_BACKOFF,
+    WATCH_TIMEOUT,
+    Backoff,
+    Informer,
+    service_slices,
+)
 from backends.specs import ReplicasSpec
 
 log = logging.getLogger("warmgate.replicas")
@@ -188,13 +192,11 @@ class KubernetesMembership:
         api, spec = self._api, self.spec
         assert api is not None
         if self._slices is None:
-            resource = endpointslices(await api.group_versions(ENDPOINTSLICE_GROUP))
-            self._slices = Informer(
+            self._slices = await service_slices(
                 api,
-                resource,
                 spec.namespace,
+                spec.service,
                 self._slices_changed,
-                label_selector=f"kubernetes.io/service-name={spec.service}",
                 backoff=self._backoff,
                 watch_timeout=self._watch_timeout,
             )
