@@ -52,77 +52,68 @@ class StaticMembership:
     async def close(self) -> None: ...
 
 
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Who the replicas are (name -> admin URL), filled in once they listen."""
+    peers: dict[str, str] = {}
+    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, peers))
+    return peers
+
+
+def replica_config(name: str, cloud_url: str) -> dict[str, Any]:
+    data = base_config(None, cloud_url, daily_cloud_budget_usd=1.0)
+    data["replicas"] = {
+        "namespace": "warmgate",
+        "service": "warmgate-peers",
+        "identity": name,
+        "poll_interval": "100ms",
+    }
+    return data
+
+
+async def left(admin: str) -> float:
+    return await metric_value(admin, "warmgate_cloud_budget_remaining_usd")
+
+
+async def until_below(admin: str, value: float) -> float:
+    """What the budget has left on that replica, once below ``value`` (it reads the others at
+    its next poll)."""
+    async with asyncio.timeout(10):
+        while True:
+            now = await left(admin)
+            if now < value:
+                return now
+            await asyncio.sleep(0.05)
+
+
 async def test_what_one_replica_spends_the_other_counts(
     cloud_key: str,  # noqa: F811 - the fixture
-    monkeypatch: pytest.MonkeyPatch,
+    table: dict[str, str],
 ) -> None:
-    table: dict[str, str] = {}
-    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, table))
     cloud = FakeOpenAI(api_key=CLOUD_KEY, name="cloud")
-
-    def config(name: str, cloud_url: str) -> dict[str, Any]:
-        data = base_config(None, cloud_url, daily_cloud_budget_usd=1.0)
-        data["replicas"] = {
-            "namespace": "warmgate",
-            "service": "warmgate-peers",
-            "identity": name,
-            "poll_interval": "100ms",
-        }
-        return data
-
     async with (
         serve_app(cloud.app()) as cloud_url,
-        warmgate(config("warmgate-0", cloud_url)) as a,
-        warmgate(config("warmgate-1", cloud_url)) as b,
+        warmgate(replica_config("warmgate-0", cloud_url)) as a,
+        warmgate(replica_config("warmgate-1", cloud_url)) as b,
     ):
         table.update({"warmgate-0": a.admin, "warmgate-1": b.admin})
         client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0)
         await client.chat.completions.create(model="frontier", messages=HELLO, max_tokens=50)
         await client.close()
-        spent_on_a = 1.0 - await metric_value(a.admin, "warmgate_cloud_budget_remaining_usd")
+        spent_on_a = 1.0 - await left(a.admin)
         assert spent_on_a > 0
-
-        async with asyncio.timeout(10):  # b reads a at its next poll
-            while True:
-                left_on_b = await metric_value(b.admin, "warmgate_cloud_budget_remaining_usd")
-                if left_on_b < 1.0:
-                    break
-                await asyncio.sleep(0.05)
+        left_on_b = await until_below(b.admin, 1.0)
         assert left_on_b == pytest.approx(1.0 - spent_on_a)
 
 
 async def test_a_replica_that_comes_later_learns_what_a_gone_one_spent(
     cloud_key: str,  # noqa: F811 - the fixture
-    monkeypatch: pytest.MonkeyPatch,
+    table: dict[str, str],
 ) -> None:
-    table: dict[str, str] = {}
-    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, table))
     cloud = FakeOpenAI(api_key=CLOUD_KEY, name="cloud")
-
-    def config(name: str, cloud_url: str) -> dict[str, Any]:
-        data = base_config(None, cloud_url, daily_cloud_budget_usd=1.0)
-        data["replicas"] = {
-            "namespace": "warmgate",
-            "service": "warmgate-peers",
-            "identity": name,
-            "poll_interval": "100ms",
-        }
-        return data
-
-    async def left(admin: str) -> float:
-        return await metric_value(admin, "warmgate_cloud_budget_remaining_usd")
-
-    async def until_below(admin: str, value: float) -> float:
-        async with asyncio.timeout(10):
-            while True:
-                now = await left(admin)
-                if now < value:
-                    return now
-                await asyncio.sleep(0.05)
-
-    async with serve_app(cloud.app()) as cloud_url, warmgate(config("b", cloud_url)) as b:
+    async with serve_app(cloud.app()) as cloud_url, warmgate(replica_config("b", cloud_url)) as b:
         table["b"] = b.admin
-        async with warmgate(config("a", cloud_url)) as a:
+        async with warmgate(replica_config("a", cloud_url)) as a:
             table["a"] = a.admin
             client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0)
             await client.chat.completions.create(model="frontier", messages=HELLO, max_tokens=50)
@@ -135,14 +126,14 @@ async def test_a_replica_that_comes_later_learns_what_a_gone_one_spent(
                         break
                     await asyncio.sleep(0.05)
         del table["a"]  # a is gone (a rolling update); c replaces it and hears only b
-        async with warmgate(config("c", cloud_url)) as c:
+        async with warmgate(replica_config("c", cloud_url)) as c:
             table["c"] = c.admin
             assert await until_below(c.admin, 1.0) == pytest.approx(1.0 - spent)
             assert await left(b.admin) == pytest.approx(1.0 - spent), "not counted twice"
 
 
 async def test_a_peer_that_answers_nonsense_counts_as_silent_and_reading_goes_on(
-    monkeypatch: pytest.MonkeyPatch,
+    table: dict[str, str],
 ) -> None:
     from aiohttp import web
 
@@ -151,8 +142,6 @@ async def test_a_peer_that_answers_nonsense_counts_as_silent_and_reading_goes_on
 
     app = web.Application()
     app.router.add_get("/replicas/activity", nonsense)
-    table: dict[str, str] = {}
-    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, table))
     config = {
         "listen": "127.0.0.1:0",
         "admin_listen": "127.0.0.1:0",
