@@ -30,6 +30,7 @@ from loadtests.harness import (
     Procs,
     SectionResult,
     StartError,
+    held_row,
     http_get,
     http_json,
     raise_nofile,
@@ -217,39 +218,31 @@ def run_coldhold(ctx: Ctx) -> SectionResult:
         client.wait(timeout=300)
         answered_s = time.monotonic() - released
         procs.stop("coldhold-client")
-    res: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"ok": 0, "errors": {}}
     burst = [r for r in records(record) if r.get("ready_at") is not None][-1:]
     wake_ms = (burst[0]["first_at"] - burst[0]["ready_at"]) * 1e3 if burst else None
-    kb = (during - before) / held if held else None
     row = {
-        "n": n,
-        "held": held,
-        "ok": res["ok"],
-        "errors": res["errors"],
-        "ramp_s": round(ramp, 2),
-        "rss_before_mb": round(before / 1024, 1),
-        "rss_held_mb": round(during / 1024, 1),
-        "kb_per_held": kb and round(kb, 2),
+        **held_row(n, held, out, ramp, before, during),
         "wake_ms": wake_ms and round(wake_ms, 2),
         "ready_to_all_answered_s": round(answered_s, 2),
     }
-    ctx.log(f"  coldhold: held {held}/{n}, answered {res['ok']}/{n}, KB/held {row['kb_per_held']}")
+    kb = row["kb_per_held"]
+    ctx.log(f"  coldhold: held {held}/{n}, answered {row['ok']}/{n}, KB/held {kb}")
     md = [
         "| held at warmgate | answered 200 | RSS before | RSS held | KB/held | wake (first "
         "forwarded) | ready -> all answered | ramp | errors |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| {held}/{n} | {res['ok']}/{n} | {row['rss_before_mb']} MB | {row['rss_held_mb']} MB | "
+        f"| {held}/{n} | {row['ok']}/{n} | {row['rss_before_mb']} MB | {row['rss_held_mb']} MB | "
         f"{'n/a' if kb is None else f'{kb:.2f}'} | "
         f"{'n/a' if wake_ms is None else f'{wake_ms:.1f} ms'} | {answered_s:.2f}s | "
-        f"{row['ramp_s']}s | {res['errors'] or '-'} |",
+        f"{row['ramp_s']}s | {row['errors'] or '-'} |",
         "",
         "RSS is warmgate's own (its engine child is not counted); held requests wait on the "
         "target's readiness, not on an upstream socket.",
     ]
     goal = Goal(
         f"requests held through one cold start, all answered ({n} held)",
-        float(res["ok"]),
+        float(row["ok"]),
         f"== {n}",
-        res["ok"] == n == held,
+        row["ok"] == n == held,
     )
     return SectionResult("\n".join(md), {"row": row}, [goal])

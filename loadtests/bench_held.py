@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from typing import Any
@@ -13,6 +12,7 @@ from loadtests.harness import (
     Ctx,
     Goal,
     SectionResult,
+    held_row,
     http_get,
     http_json,
     raise_nofile,
@@ -68,18 +68,7 @@ def hold(ctx: Ctx, st: Stack, c: Contender, n: int) -> dict[str, Any]:
     http_get(st.upstream.port, "/_release", timeout=30)
     client.wait(timeout=120)
     st.procs.stop(f"held-{c.name}")
-    res: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"ok": 0, "errors": {}}
-    kb = (during - before) / held if held else None
-    return {
-        "n": n,
-        "held": held,
-        "ok": res["ok"],
-        "errors": res["errors"],
-        "ramp_s": round(ramp, 2),
-        "rss_before_mb": round(before / 1024, 1),
-        "rss_held_mb": round(during / 1024, 1),
-        "kb_per_held": kb and round(kb, 2),
-    }
+    return held_row(n, held, out, ramp, before, during)
 
 
 def render(rows: dict[str, dict[str, Any]], skipped: dict[str, str]) -> str:

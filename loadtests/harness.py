@@ -136,6 +136,25 @@ def rss_kb(pid: int) -> float:
     return total / 1024
 
 
+def held_row(
+    n: int, held: int, out: Path, ramp_s: float, rss_before_kb: float, rss_held_kb: float
+) -> dict[str, Any]:
+    """One run of ``n`` held requests: what ``loadtests.held_client`` wrote to ``out`` (how
+    many were answered 200, the errors) and the RSS it took per request held."""
+    res: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"ok": 0, "errors": {}}
+    kb = (rss_held_kb - rss_before_kb) / held if held else None
+    return {
+        "n": n,
+        "held": held,
+        "ok": res["ok"],
+        "errors": res["errors"],
+        "ramp_s": round(ramp_s, 2),
+        "rss_before_mb": round(rss_before_kb / 1024, 1),
+        "rss_held_mb": round(rss_held_kb / 1024, 1),
+        "kb_per_held": kb and round(kb, 2),
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
