@@ -22,7 +22,7 @@ from grpc import aio
 from router.config import HostPort
 from router.keda_proto import externalscaler_pb2 as pb
 from router.keda_state import Activeness, Wants, activeness, target_concurrency
-from router.replicas import Replicas
+from router.replicas import Replicas, alone
 from router.state import TargetState
 from router.targets import TargetRuntime
 
@@ -57,23 +57,17 @@ class ActiveSignal:
         self._schedule(self.current.recheck_at)
 
     def look(self) -> Activeness:
-        rt, scaling, activity = self.rt, self.rt.spec.scaling, self.rt.activity
-        held, in_flight = activity.held, activity.in_flight
-        idle_since = activity.idle_since(scaling.stream_activity_window)
-        wanted_until = activity.wanted_until
-        if self.replicas is not None:
-            together = self.replicas.combined(rt.name)
-            held, in_flight, idle_since = together.held, together.in_flight, together.idle_since
-            wanted_until = together.wanted_until
+        rt, replicas = self.rt, self.replicas
+        together = alone(rt) if replicas is None else replicas.combined(rt.name)  # for all
         return activeness(
             Wants(
                 state=rt.state,
                 now=rt.loop.time(),
-                idle_after=scaling.idle_after,
-                held=held,
-                in_flight=in_flight,
-                idle_since=idle_since,
-                wanted_until=wanted_until,
+                idle_after=rt.spec.scaling.idle_after,
+                held=together.held,
+                in_flight=together.in_flight,
+                idle_since=together.idle_since,
+                wanted_until=together.wanted_until,
             )
         )
 

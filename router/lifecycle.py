@@ -104,9 +104,10 @@ class Lifecycle:
 
     def view(self) -> View:
         rt = self.rt
-        idle_since = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
-        may_release = True
-        if self.replicas is not None:
+        if self.replicas is None:
+            idle_since = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
+            may_release = True
+        else:  # idle only when every replica is; only the leader releases
             idle_since = self.replicas.combined(rt.name).idle_since
             may_release = self.keda or self.replicas.leading()
         return View(

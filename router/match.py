@@ -98,7 +98,7 @@ class RouteTable:
         )
 
     def match(self, host: str | None, path: str, headers: Mapping[str, str]) -> Match | None:
-        if path in self._slashless:
+        if self._slashless and path in self._slashless:
             slashed = self._match(host, path + "/", headers)
             if slashed is not None and slashed.entry.prefix.rstrip("/") == path:
                 return Match(slashed.entry, "/", redirect=path + "/")

@@ -80,6 +80,11 @@ class PeerRecord:
     """Still among the Service's endpoints."""
     error: str | None = None
 
+    @property
+    def heard_at(self) -> float:
+        """When it last answered, or (never yet) when it was first listed."""
+        return self.last_contact if self.last_contact is not None else self.first_seen
+
 
 @dataclass(frozen=True, slots=True)
 class Combined:
@@ -102,7 +107,7 @@ def combine(
     idle_since, held, in_flight, wanted = own.idle_since, own.held, own.in_flight, own.wanted_until
     why = "this replica is active" if own.active else ""
     for record in records:
-        contact = record.last_contact if record.last_contact is not None else record.first_seen
+        contact = record.heard_at
         word = record.words.get(target)
         silent = not record.reachable or record.last_contact is None
         if word is not None:
@@ -138,6 +143,12 @@ def own_word(runtime: TargetRuntime) -> Word:
         wanted_until=activity.wanted_until,
         phase=runtime.state.phase.value,
     )
+
+
+def alone(runtime: TargetRuntime) -> Combined:
+    """A target on this replica when it is the only one."""
+    word = own_word(runtime)
+    return Combined(word.idle_since, word.held, word.in_flight, word.wanted_until)
 
 
 def word_to_json(word: Word, now: float) -> dict[str, Any]:
@@ -274,8 +285,7 @@ class Replicas:
         for name, record in list(self.records.items()):
             if name not in listed:
                 record.listed = False
-                contact = record.last_contact or record.first_seen
-                if now - contact > self._forget_after:
+                if now - record.heard_at > self._forget_after:
                     del self.records[name]
         return list(listed)
 
@@ -416,25 +426,16 @@ class Replicas:
         self._sync_records()
         now = self.now
         grace = self.spec.peer_grace
-        asked = [
-            r
-            for r in self.records.values()
-            if r.listed
-            or now - (r.last_contact if r.last_contact is not None else r.first_seen) < grace
-        ]
+        asked = [r for r in self.records.values() if r.listed or now - r.heard_at < grace]
         body = {"target": target, "leader": self.identity, "seconds": self.spec.fence_timeout}
         fences = (self._post(r.peer, "/replicas/fence", body) for r in asked)
         answers = await asyncio.gather(*fences)
         refused: list[str] = []
-        fenced: list[Peer] = []
         for record, answer in zip(asked, answers, strict=True):
             if answer is None:
-                contact = record.last_contact or record.first_seen
-                if self.now - contact < grace:
+                if self.now - record.heard_at < grace:
                     refused.append(f"replica {record.peer.name} did not answer")
-            elif answer.get("fenced"):
-                fenced.append(record.peer)
-            else:
+            elif not answer.get("fenced"):
                 refused.append(f"replica {record.peer.name}: {answer.get('reason') or 'active'}")
         if refused:  # every one asked: a fence may have arrived whose answer did not
             await self.unfence_others(target, [r.peer for r in asked])
