@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy_tree import kubectl
 from tests.helpers import ROOT
 
 KEDA = ROOT / "deploy" / "keda"
@@ -52,16 +52,6 @@ spec:
     metadata: {labels: {app: wan2gp}}
     spec: {containers: [{name: wan2gp, image: wan2gp}]}
 """
-
-
-def kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        message = "kubectl not found (it builds the kustomize tree)"
-        if os.environ.get("WARMGATE_KUBE_REQUIRED"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return found
 
 
 def render(tmp: Path, base: Path) -> list[Obj]:
