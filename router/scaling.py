@@ -95,20 +95,18 @@ def decide(v: View) -> Step:
         return Step(Act.WAIT)
 
     if phase is Phase.FAILED:
-        until = state.retry_at
+        release = Step(Act.WAIT)
         if obs.running and not obs.crashed and v.idle_since is not None and v.held == 0:
             # The workload outlived the failed start (another warmgate replica serves it, or
             # KEDA keeps it): released by idleness, like a ready one.
-            release_at = max(v.idle_since + v.scaling.idle_after, v.release_not_before)
-            if now >= release_at and v.may_release:
-                return Step(Act.DRAIN, reason=f"failed here, idle for {now - v.idle_since:.0f}s")
-            if now < release_at:
-                until = min(until, release_at) if now < until else release_at
+            release = _idle_release(v, now, "failed here, ")
+            if release.act is Act.DRAIN:
+                return release
         if now < state.retry_at:
-            return Step(Act.WAIT, until=until)
+            return Step(Act.WAIT, until=min(state.retry_at, release.until))
         if v.held > 0 or v.wanted:
             return Step(Act.START, reason="retrying after backoff")
-        return Step(Act.WAIT, until=until if until > now else math.inf)
+        return release
 
     if phase is Phase.STARTING:
         if obs.crashed or obs.failure:
@@ -135,12 +133,18 @@ def decide(v: View) -> Step:
             return Step(Act.REFRESH, reason="ready endpoints changed")
         if v.idle_since is None or v.held > 0:
             return Step(Act.WAIT)
-        release_at = max(v.idle_since + v.scaling.idle_after, v.release_not_before)
-        if now >= release_at:
-            if not v.may_release:
-                return Step(Act.WAIT)  # the leader decides; a change of leader wakes this
-            idle = now - v.idle_since
-            return Step(Act.DRAIN, reason=f"idle for {idle:.0f}s")
-        return Step(Act.WAIT, until=release_at)
+        return _idle_release(v, now, "")
 
     raise AssertionError(f"unhandled phase {phase}")
+
+
+def _idle_release(v: View, now: float, why: str) -> Step:
+    """Drain once idle for ``idle_after`` (and not put off), when this replica may release;
+    else wait for that moment (or, past it, for a change of leader, which wakes the loop)."""
+    assert v.idle_since is not None
+    release_at = max(v.idle_since + v.scaling.idle_after, v.release_not_before)
+    if now < release_at:
+        return Step(Act.WAIT, until=release_at)
+    if not v.may_release:
+        return Step(Act.WAIT)
+    return Step(Act.DRAIN, reason=f"{why}idle for {now - v.idle_since:.0f}s")
