@@ -12,7 +12,7 @@ include tools/kube/kube.mk
 install: $(STAMP)
 
 # The install also generates the KEDA scaler's gRPC modules from the .proto (setup.py).
-$(STAMP): pyproject.toml setup.py router/keda_proto/externalscaler.proto
+$(STAMP): pyproject.toml setup.py router/cluster/keda_proto/externalscaler.proto
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -56,4 +56,4 @@ loadtest: install
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
-	rm -f router/keda_proto/*_pb2*.py router/keda_proto/*_pb2*.pyi
+	rm -f router/cluster/keda_proto/*_pb2*.py router/cluster/keda_proto/*_pb2*.pyi

@@ -1,5 +1,5 @@
 """The one build step that pyproject.toml cannot declare: the KEDA external scaler's gRPC modules
-are generated from ``router/keda_proto/externalscaler.proto`` with grpcio-tools (a build
+are generated from ``router/cluster/keda_proto/externalscaler.proto`` with grpcio-tools (a build
 requirement, pinned so that the generated code matches the runtime's ``grpcio``/``protobuf``
 floors) whenever warmgate is built or installed, editable installs (``make install``) included.
 The generated files are git-ignored."""
@@ -12,7 +12,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-PROTO = "router/keda_proto/externalscaler.proto"
+PROTO = "router/cluster/keda_proto/externalscaler.proto"
 
 
 def generate_grpc_modules() -> None:

@@ -82,11 +82,11 @@ def _config(up_url: str) -> dict[str, Any]:
 async def _decision_times(n: int) -> dict[str, dict[str, float]]:
     from router.app import build_apps
     from router.config import parse_config
-    from router.costs import bound
-    from router.openai_api import OPENAI_API
-    from router.openai_call import Call
-    from router.policy import Ask, decide
-    from router.state import Phase, TargetState
+    from router.openai.api import OPENAI_API
+    from router.openai.call import Call
+    from router.openai.costs import bound
+    from router.openai.policy import Ask, decide
+    from router.scale.state import Phase, TargetState
 
     os.environ.setdefault("WARMGATE_BENCH_KEY", "bench")
     config = parse_config(_config("http://127.0.0.1:9"))

@@ -4,7 +4,7 @@ import os
 
 __version__ = "0.1.0"
 
-# gRPC (KEDA's scaler, router/keda.py) reads this once, when it is imported. Its fork handlers
-# can crash a child that warmgate forks for a `process` target while gRPC is serving; the child
-# only execs its command, so it needs none of them (docs/keda.md).
+# gRPC (KEDA's scaler, router/cluster/keda.py) reads this once, when it is imported. Its fork
+# handlers can crash a child that warmgate forks for a `process` target while gRPC is serving; the
+# child only execs its command, so it needs none of them (docs/keda.md).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

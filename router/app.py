@@ -13,17 +13,17 @@ from aiohttp import web
 
 from backends.registry import make_backend, make_engine, make_membership
 from router.admin import build_admin_app
+from router.cluster.replicas import Replicas, add_routes
 from router.config import Config
-from router.dispatch import Dispatcher
+from router.http.h1.pool import UpstreamConnector
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
-from router.lifecycle import Lifecycle
-from router.match import RouteTable
 from router.metrics import Metrics
-from router.openai_api import build_openai_api
-from router.replicas import Replicas, add_routes
-from router.targets import TargetRuntime
-from router.upstream import UpstreamConnector
-from router.waiting import PREFIX, WaitingPages
+from router.openai.api import build_openai_api
+from router.routing.dispatch import Dispatcher
+from router.routing.match import RouteTable
+from router.routing.waiting import PREFIX, WaitingPages
+from router.scale.lifecycle import Lifecycle
+from router.scale.targets import TargetRuntime
 
 
 async def _reserved(request: web.Request) -> web.Response:

@@ -12,7 +12,7 @@ from backends.base import BackendError
 from router import __version__
 from router.config import Config, load_config
 from router.errors import ConfigError, ListenError
-from router.match import RouteTable
+from router.routing.match import RouteTable
 
 DEFAULT_CONFIG = "deploy/local/warmgate.yaml"
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from router.cluster.replicas import Replicas
 from router.config import Config
 from router.metrics import Metrics
-from router.replicas import Replicas
-from router.targets import TargetRuntime
+from router.scale.targets import TargetRuntime
 
 
 @dataclass

@@ -15,9 +15,9 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from router.app import Apps, build_apps
+from router.cluster.keda import ScalerServer
 from router.config import Config
 from router.errors import ListenError
-from router.keda import ScalerServer
 from router.keys import RUNTIMES
 
 log = logging.getLogger("warmgate")

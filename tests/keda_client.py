@@ -13,8 +13,8 @@ from types import TracebackType
 
 from grpc import StatusCode, aio
 
-from router.keda_proto import externalscaler_pb2 as pb
-from router.keda_proto import externalscaler_pb2_grpc as pb_grpc
+from router.cluster.keda_proto import externalscaler_pb2 as pb
+from router.cluster.keda_proto import externalscaler_pb2_grpc as pb_grpc
 
 
 @dataclass

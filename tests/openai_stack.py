@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from router.openai_api import OPENAI_API, OpenAIApi
+from router.openai.api import OPENAI_API, OpenAIApi
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import ROOT, Running, metric_value, serve_app, warmgate
 

@@ -6,9 +6,9 @@ import datetime
 
 import pytest
 
-from router.budget import Budget
 from router.config import Cost
-from router.costs import actual, estimate
+from router.openai.budget import Budget
+from router.openai.costs import actual, estimate
 
 MIDNIGHT = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC).timestamp()
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.state import Phase
+from router.scale.state import Phase
 from tests.helpers import ROOT, Running, wait_until, warmgate
 
 PREFIX = "/comfy"

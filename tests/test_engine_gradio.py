@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from gradio_client import Client
 
-from router.state import Phase
+from router.scale.state import Phase
 from tests.helpers import ROOT, Running, wait_until, warmgate
 
 PREFIX = "/wan"

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 from openai import AsyncOpenAI
 
-from router.state import Phase
+from router.scale.state import Phase
 from tests.helpers import ROOT, Running, wait_until, warmgate
 
 

@@ -15,17 +15,17 @@ import pytest
 from grpc import StatusCode, aio
 
 from backends.base import Observation, RequestFacts
+from router.cluster.keda import ScalerServer
+from router.cluster.keda_proto import externalscaler_pb2 as pb
+from router.cluster.keda_proto import externalscaler_pb2_grpc as pb_grpc
 from router.config import HostPort, parse_config
 from router.errors import ConfigError
-from router.keda import ScalerServer
-from router.keda_proto import externalscaler_pb2 as pb
-from router.keda_proto import externalscaler_pb2_grpc as pb_grpc
-from router.lifecycle import Lifecycle
 from router.metrics import Metrics
-from router.scaling import SLACK
+from router.scale.lifecycle import Lifecycle
+from router.scale.scaling import SLACK
+from router.scale.state import Phase
+from router.scale.targets import TargetRuntime
 from router.server import Server
-from router.state import Phase
-from router.targets import TargetRuntime
 from tests.fakes import FakeBackend, FakeEngine
 from tests.helpers import warmgate
 from tests.keda_client import FakeKeda

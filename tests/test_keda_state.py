@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from backends.base import Observation
-from router.config import Scaling, parse_config
-from router.keda_state import (
+from router.cluster.keda_state import (
     RECHECK_HELD,
     Wants,
     activeness,
@@ -17,8 +16,9 @@ from router.keda_state import (
     keda_owns_replicas,
     target_concurrency,
 )
-from router.scaling import Act, View
-from router.state import Phase, TargetState
+from router.config import Scaling, parse_config
+from router.scale.scaling import Act, View
+from router.scale.state import Phase, TargetState
 
 NOW = 10_000.0
 IDLE = 1800.0

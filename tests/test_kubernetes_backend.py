@@ -20,10 +20,10 @@ from backends.kubernetes.informer import Backoff
 from backends.specs import KubernetesBackend as KubernetesSpec
 from router.config import parse_config
 from router.errors import ConfigError
-from router.lifecycle import Lifecycle
 from router.metrics import Metrics
-from router.state import Phase, TargetState
-from router.targets import TargetRuntime
+from router.scale.lifecycle import Lifecycle
+from router.scale.state import Phase, TargetState
+from router.scale.targets import TargetRuntime
 from tests.fakes import FakeEngine
 from tests.kube.fake import FakeCluster, everything_but
 

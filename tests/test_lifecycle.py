@@ -14,10 +14,10 @@ import pytest
 from backends.base import RequestFacts
 from router.config import parse_config
 from router.errors import HoldTimeout, Shedding, TargetAsleep, TargetFailed
-from router.lifecycle import Lifecycle
 from router.metrics import Metrics
-from router.state import Phase
-from router.targets import TargetRuntime
+from router.scale.lifecycle import Lifecycle
+from router.scale.state import Phase
+from router.scale.targets import TargetRuntime
 from tests.fakes import FakeBackend, FakeEngine
 
 pytestmark = pytest.mark.looptime

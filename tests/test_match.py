@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from router.config import parse_config
-from router.match import RouteTable
+from router.routing.match import RouteTable
 
 
 def table() -> RouteTable:

@@ -15,9 +15,9 @@ import aiohttp
 import openai
 import pytest
 
-from router.images import fill, image_values
-from router.openai_errors import InvalidRequest
-from router.state import Phase
+from router.openai.errors import InvalidRequest
+from router.openai.images import fill, image_values
+from router.scale.state import Phase
 from tests.helpers import ROOT
 from tests.openai_stack import Stack, cloud_key, stack
 

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from router.state import Phase
+from router.scale.state import Phase
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import wait_until
 from tests.openai_stack import CLOUD_KEY, Stack, cloud_key, process_target, stack
@@ -142,7 +142,7 @@ async def test_concurrent_requests_cannot_overspend_the_day() -> None:
     cloud = FakeOpenAI(api_key=CLOUD_KEY, name="cloud", delay=0.5)
     body = {"model": "frontier", "messages": HELLO, "max_tokens": 6}
     async with stack(cloud=cloud) as st:
-        from router.costs import estimate
+        from router.openai.costs import estimate
 
         price = st.wg.server.config.models["frontier"].placements[0].cost
         one = estimate("chat", body, price, 1024)

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from router.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
-from router.state import Phase
+from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.scale.state import Phase
 
 NOW = 1000.0
 

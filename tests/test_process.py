@@ -12,7 +12,7 @@ import aiohttp
 import psutil
 import pytest
 
-from router.state import Phase
+from router.scale.state import Phase
 from tests.helpers import ROOT, Subprocess, metric_value, wait_until, warmgate
 
 SLEEPY = ["python", "-m", "tests.sleepy_engine", "--port", "{port}"]

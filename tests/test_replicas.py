@@ -18,12 +18,19 @@ from backends.kubernetes.api import LEASES
 from backends.kubernetes.informer import Backoff
 from backends.kubernetes.membership import KubernetesMembership, peers_from_slices
 from backends.specs import ReplicasSpec
+from router.cluster.replicas import (
+    PeerRecord,
+    Replicas,
+    Word,
+    combine,
+    word_from_json,
+    word_to_json,
+)
 from router.config import parse_config
 from router.errors import ConfigError
-from router.lifecycle import Lifecycle
-from router.replicas import PeerRecord, Replicas, Word, combine, word_from_json, word_to_json
-from router.scaling import Act, View, decide
-from router.state import Phase, TargetState
+from router.scale.lifecycle import Lifecycle
+from router.scale.scaling import Act, View, decide
+from router.scale.state import Phase, TargetState
 from tests.kube.fake import FakeCluster
 from tests.test_lifecycle import Rig, make_rig, serve_one
 

@@ -6,8 +6,8 @@ import pytest
 
 from backends.base import Observation
 from router.config import Scaling
-from router.scaling import Act, View, backoff, decide
-from router.state import Phase, TargetState
+from router.scale.scaling import Act, View, backoff, decide
+from router.scale.state import Phase, TargetState
 
 S = Scaling(idle_after=1800, cold_start_timeout=300, failure_backoff=10, failure_backoff_max=300)
 UP = Observation(running=True, endpoints=("http://127.0.0.1:1",))

@@ -1,4 +1,4 @@
-"""warmgate's own upstream client (router.upstream) through the proxy, against raw HTTP/1.1
+"""warmgate's own upstream client (router.http.h1.pool) through the proxy, against raw HTTP/1.1
 servers on 127.0.0.1 that answer exactly what each test needs."""
 
 from __future__ import annotations

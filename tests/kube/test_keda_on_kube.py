@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from router.scaling import SLACK
-from router.state import Phase
+from router.scale.scaling import SLACK
+from router.scale.state import Phase
 from tests.helpers import warmgate
 from tests.keda_client import FakeKeda
 

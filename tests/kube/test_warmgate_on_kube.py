@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from backends.base import BackendError
 from backends.kubernetes.api import DEPLOYMENTS, Forbidden
 from backends.kubernetes.client import Access, connect
-from router.state import Phase
+from router.scale.state import Phase
 from tests.deploy_tree import router_rbac
 from tests.helpers import ROOT, Running, metric_value, warmgate
 

@@ -17,11 +17,11 @@ from typing import Any
 from aiohttp import web
 
 from backends.base import Cloud, CloudError
-from router.budget import Budget, Reservation
 from router.config import Placement
-from router.costs import actual
-from router.openai_call import Call
-from router.openai_errors import BudgetExhausted, CloudRejected, NotPlaced
+from router.openai.budget import Budget, Reservation
+from router.openai.call import Call
+from router.openai.costs import actual
+from router.openai.errors import BudgetExhausted, CloudRejected, NotPlaced
 
 log = logging.getLogger("warmgate.api")
 

@@ -31,9 +31,9 @@ from aiohttp import web
 
 from backends.base import Membership, Peer
 from backends.specs import ReplicasSpec
-from router.budget import Budget
 from router.metrics import Metrics
-from router.targets import TargetRuntime
+from router.openai.budget import Budget
+from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.replicas")
 

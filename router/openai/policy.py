@@ -1,5 +1,5 @@
 """Where one API request runs: a pure function of (request, snapshot of its placements, budget,
-rules, now) -> :class:`Decision`. No I/O and no awaits; :mod:`router.openai_api` acts on it.
+rules, now) -> :class:`Decision`. No I/O and no awaits; :mod:`router.openai.api` acts on it.
 The snapshot's parts are immutable named tuples: built on every request, they must be cheap.
 
 The table (docs/openai.md has it for people):
@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from router.state import Phase
+from router.scale.state import Phase
 
 
 class Action(enum.Enum):

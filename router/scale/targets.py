@@ -12,12 +12,12 @@ from collections import deque
 from collections.abc import Callable
 
 from backends.base import Backend, Engine, RequestFacts
-from router.activity import Activity
 from router.config import Target
 from router.errors import TargetAsleep
-from router.hold import HoldResult, admission_error, wait_ready
 from router.metrics import Metrics
-from router.state import Phase, StateCell, TargetState
+from router.scale.activity import Activity
+from router.scale.hold import HoldResult, admission_error, wait_ready
+from router.scale.state import Phase, StateCell, TargetState
 
 
 def _servable(state: TargetState) -> bool:

@@ -1,6 +1,6 @@
 """What a target's lifecycle should do next: a pure function of (snapshot, now).
 
-No I/O and no awaits here; :mod:`router.lifecycle` performs the step and comes back.
+No I/O and no awaits here; :mod:`router.scale.lifecycle` performs the step and comes back.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from backends.base import Observation
 from router.config import Scaling
-from router.state import Phase, TargetState
+from router.scale.state import Phase, TargetState
 
 
 class Act(enum.Enum):

@@ -1,8 +1,8 @@
 """The OpenAI-compatible API on the public listener: ``/v1/models``, ``/v1/chat/completions``,
 ``/v1/images/generations``, ``/v1/embeddings``.
 
-Each request: authenticate, read the JSON, find the model, take a snapshot of its placements,
-ask :func:`router.policy.decide`, act (forward locally, hold, call the cloud, or answer an error
+Each request: authenticate, read the JSON, find the model, take a snapshot of its placements, ask
+:func:`router.openai.policy.decide`, act (forward locally, hold, call the cloud, or answer an error
 in OpenAI's shape), and after a cloud failure decide again with only local left. Every response
 carries ``x-request-id`` and, once placed, ``X-Warmgate-Decision``.
 """
@@ -27,14 +27,11 @@ from prometheus_client import Gauge
 from backends.base import Cloud
 from backends.registry import make_cloud
 from backends.units import parse_duration
-from router.budget import Budget
 from router.config import Config
-from router.costs import bound
-from router.credentials import Client, ClientKeys, Privacy, cloud_api_keys, load_client_keys
 from router.errors import BodyTooLarge, RequestError
-from router.images import ComfyImages, load_workflow
 from router.metrics import Metrics
-from router.openai_call import (
+from router.openai.budget import Budget
+from router.openai.call import (
     DECISION,
     DECISION_HEADER,
     MAX_WAIT_HEADER,
@@ -42,8 +39,10 @@ from router.openai_call import (
     REQUEST_ID,
     Call,
 )
-from router.openai_cloud import CloudCaller, CloudUnavailable
-from router.openai_errors import (
+from router.openai.cloud import CloudCaller, CloudUnavailable
+from router.openai.costs import bound
+from router.openai.credentials import Client, ClientKeys, Privacy, cloud_api_keys, load_client_keys
+from router.openai.errors import (
     BudgetExhausted,
     CloudFailed,
     InvalidApiKey,
@@ -52,9 +51,19 @@ from router.openai_errors import (
     NotPlaced,
     openai_error_response,
 )
-from router.openai_local import api_facts, forward_local
-from router.policy import Action, Ask, CloudOption, Decision, LocalOption, Rules, Snapshot, decide
-from router.targets import TargetRuntime
+from router.openai.images import ComfyImages, load_workflow
+from router.openai.local import api_facts, forward_local
+from router.openai.policy import (
+    Action,
+    Ask,
+    CloudOption,
+    Decision,
+    LocalOption,
+    Rules,
+    Snapshot,
+    decide,
+)
+from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.access")
 

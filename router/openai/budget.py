@@ -1,9 +1,9 @@
 """The daily cloud budget: reserve at admission, settle from the actual usage.
 
 A request sent to the cloud first reserves its estimated cost (an upper bound: see
-:mod:`router.costs`); reservations count against the day at once, so concurrent requests cannot
-overspend it together. When the answer is done, the reservation is replaced by the actual cost
-(or released when the call failed). The day rolls over at midnight UTC: the spend restarts at
+:mod:`router.openai.costs`); reservations count against the day at once, so concurrent requests
+cannot overspend it together. When the answer is done, the reservation is replaced by the actual
+cost (or released when the call failed). The day rolls over at midnight UTC: the spend restarts at
 zero, outstanding reservations carry over. The wall clock is injectable for tests.
 
 With several warmgate replicas the day's limit is theirs together: ``others`` says what the other

@@ -21,10 +21,10 @@ from yarl import URL
 
 from backends.base import RequestFacts
 from router.config import Placement
-from router.headers import upstream_request_headers
-from router.openai_call import PATHS, Call
-from router.proxy import forward_http
-from router.targets import TargetRuntime
+from router.http.headers import upstream_request_headers
+from router.http.proxy import forward_http
+from router.openai.call import PATHS, Call
+from router.scale.targets import TargetRuntime
 
 DROPPED: Final = frozenset({"authorization", "content-length", "cookie", "proxy-authorization"})
 """Client headers a local target never sees: warmgate's client key is not the target's key."""

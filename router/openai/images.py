@@ -29,10 +29,10 @@ from aiohttp import web
 
 from router.config import Placement
 from router.errors import UpstreamError, UpstreamTimeout
-from router.openai_call import Call
-from router.openai_errors import InvalidRequest
-from router.openai_local import api_facts
-from router.targets import TargetRuntime
+from router.openai.call import Call
+from router.openai.errors import InvalidRequest
+from router.openai.local import api_facts
+from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.images")
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from backends.base import RequestFacts
-from router.state import Phase
-from router.targets import TargetRuntime
+from router.scale.state import Phase
+from router.scale.targets import TargetRuntime
 
 PREFIX = "/.warmgate/"
 DEFAULT_ETA = 60.0

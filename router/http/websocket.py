@@ -12,8 +12,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from router.errors import UpstreamError
-from router.proxy import COLD_START_HEADER, _translate
-from router.targets import TargetRuntime
+from router.http.proxy import COLD_START_HEADER, _translate
+from router.scale.targets import TargetRuntime
 
 _GOING_AWAY = 1001
 _CLOSE_TIMEOUT = 10.0

@@ -1,5 +1,5 @@
 """The public request path: match a route, get a ready endpoint (holding through a cold start),
-forward, account. Errors from any step become one reply (router.replies)."""
+forward, account. Errors from any step become one reply (router.http.replies)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from yarl import URL
 
 from backends.base import RequestFacts
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
-from router.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
-from router.hold import HoldResult
-from router.match import Match, RouteTable
+from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
+from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
+from router.http.proxy import request_body, resend, respond, send, translate
+from router.http.replies import error_response
+from router.http.websocket import forward_websocket, is_websocket_upgrade
 from router.metrics import Metrics
-from router.proxy import request_body, resend, respond, send, translate
-from router.replies import error_response
-from router.state import TargetState
-from router.targets import TargetRuntime
-from router.upstream import Endpoint, UpstreamFailure, endpoint
-from router.websocket import forward_websocket, is_websocket_upgrade
+from router.routing.match import Match, RouteTable
+from router.scale.hold import HoldResult
+from router.scale.state import TargetState
+from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.access")
 

@@ -1,6 +1,6 @@
 """What KEDA is told about a target, and how the lifecycle runs one whose replicas KEDA owns.
 
-Pure functions of a snapshot, next to :func:`router.scaling.decide`: :func:`activeness` is the
+Pure functions of a snapshot, next to :func:`router.scale.scaling.decide`: :func:`activeness` is the
 answer the external scaler gives (``IsActive``, ``StreamIsActive``, ``GetMetrics``);
 :func:`decide_keda` is ``decide`` for a ``mode: keda`` target, where warmgate never scales: a
 start only waits for the replica KEDA adds, and a drain only waits for KEDA to take it away.
@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 
 from router.config import Target
-from router.scaling import SLACK, Act, Step, View, decide
-from router.state import Phase, TargetState
+from router.scale.scaling import SLACK, Act, Step, View, decide
+from router.scale.state import Phase, TargetState
 
 RECHECK_HELD = 1.0
 """Seconds: an answer that is ``active`` only because a request is held in a cold phase is looked
@@ -32,7 +32,7 @@ class Wants:
     held: int = 0
     in_flight: int = 0
     idle_since: float | None = None
-    """As :meth:`router.activity.Activity.idle_since`: ``None`` while requests are in flight;
+    """As :meth:`router.scale.activity.Activity.idle_since`: ``None`` while requests are in flight;
     a busy engine and streams that carried frames recently push it forward."""
     wanted_until: float = -math.inf
     """Someone asked for a start without holding a request (waiting page, warm_on_cloud)."""
@@ -104,7 +104,7 @@ def target_concurrency(target: Target) -> float:
 
 
 def decide_keda(v: View) -> Step:
-    """:func:`router.scaling.decide` for a target whose replicas KEDA owns.
+    """:func:`router.scale.scaling.decide` for a target whose replicas KEDA owns.
 
     The steps are the same; what the lifecycle does differs (it never calls the backend's
     ``scale_up``/``scale_down``): ``START`` only publishes ``starting`` (the held request has

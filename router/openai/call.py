@@ -9,9 +9,9 @@ from typing import Any, Final
 from aiohttp import web
 
 from router.config import ModelSpec
-from router.costs import Bound
-from router.credentials import Client
-from router.policy import Ask
+from router.openai.costs import Bound
+from router.openai.credentials import Client
+from router.openai.policy import Ask
 
 REQUEST_ID: Final = web.RequestKey("warmgate_request_id", str)
 """Set on every API request; answered as ``x-request-id``."""

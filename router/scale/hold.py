@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass
 
 from router.errors import HoldTimeout, Shedding, TargetFailed
-from router.state import Phase, StateCell, TargetState
+from router.scale.state import Phase, StateCell, TargetState
 
 
 @dataclass(frozen=True, slots=True)

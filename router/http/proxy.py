@@ -1,6 +1,6 @@
 """Forwarding one HTTP exchange: streamed both ways, never buffering a whole body.
 
-The upstream side is warmgate's own client (router.upstream); its errors, and aiohttp's for
+The upstream side is warmgate's own client (router.http.h1.pool); its errors, and aiohttp's for
 websockets, are translated here into warmgate's error tree; the app turns them into replies.
 """
 
@@ -15,9 +15,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from router.errors import BodyTooLarge, UpstreamError, UpstreamTimeout
-from router.headers import downstream_response_headers, needs_empty_length, serialize_request_head
-from router.targets import TargetRuntime
-from router.upstream import (
+from router.http.h1.pool import (
     ConnectFailed,
     ConnectTimedOut,
     Endpoint,
@@ -26,6 +24,12 @@ from router.upstream import (
     endpoint,
     pool_of,
 )
+from router.http.headers import (
+    downstream_response_headers,
+    needs_empty_length,
+    serialize_request_head,
+)
+from router.scale.targets import TargetRuntime
 
 SMALL_BODY: Final = 64 * 1024
 """Upstream bodies of known length up to this are read at once and written in one go."""

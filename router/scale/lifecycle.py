@@ -1,5 +1,5 @@
-"""One background task per target owns its phase: it asks :func:`router.scaling.decide` what to
-do, performs that step (the only I/O), publishes the new snapshot, and waits for the next change
+"""One background task per target owns its phase: it asks :func:`router.scale.scaling.decide` what
+to do, performs that step (the only I/O), publishes the new snapshot, and waits for the next change
 or deadline. Time is read through the event loop, so tests can fast-forward it."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import logging
 import math
 
 from backends.base import Observation
-from router.keda_state import decide_keda, keda_owns_replicas
-from router.replicas import Replicas
-from router.scaling import SLACK, Act, Step, View, backoff, decide
-from router.state import Phase, TargetState
-from router.targets import TargetRuntime
+from router.cluster.keda_state import decide_keda, keda_owns_replicas
+from router.cluster.replicas import Replicas
+from router.scale.scaling import SLACK, Act, Step, View, backoff, decide
+from router.scale.state import Phase, TargetState
+from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.lifecycle")
 

@@ -1,10 +1,11 @@
 """KEDA's external scaler (``externalscaler.ExternalScaler``), served over gRPC on
 ``scaler_listen`` by grpc.aio in warmgate's own event loop (docs/keda.md).
 
-Each target has an :class:`ActiveSignal`: the answer of :func:`router.keda_state.activeness`,
-kept current by events only (a phase change on the target's state cell, the first request held,
-an idle window running out) and broadcast to every open ``StreamIsActive``, so KEDA hears
-``active`` the moment a request is held for a cold target, not at its next poll.
+Each target has an :class:`ActiveSignal`: the answer of
+:func:`router.cluster.keda_state.activeness`, kept current by events only (a phase change on the
+target's state cell, the first request held, an idle window running out) and broadcast to every open
+``StreamIsActive``, so KEDA hears ``active`` the moment a request is held for a cold target, not at
+its next poll.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from router.cluster.keda_proto import externalscaler_pb2 as pb
+from router.cluster.keda_state import Activeness, Wants, activeness, target_concurrency
+from router.cluster.replicas import Replicas, alone
 from router.config import HostPort
-from router.keda_proto import externalscaler_pb2 as pb
-from router.keda_state import Activeness, Wants, activeness, target_concurrency
-from router.replicas import Replicas, alone
-from router.state import TargetState
-from router.targets import TargetRuntime
+from router.scale.state import TargetState
+from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.keda")
 

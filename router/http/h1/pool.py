@@ -1,5 +1,5 @@
 """warmgate's own HTTP/1.1 client for forwarded exchanges: keep-alive connections per target on
-asyncio Protocols; one request at a time on each (router.exchange).
+asyncio Protocols; one request at a time on each (router.http.h1.exchange).
 
 Why not ``aiohttp.ClientSession`` on this path: per exchange it cost ~230 us of CPU and ~8 KB per
 request in flight on the benchmark machine (request, response, connection and timer objects);
@@ -19,7 +19,7 @@ from typing import Any, Final, cast
 import aiohttp
 from yarl import URL
 
-from router.exchange import (
+from router.http.h1.exchange import (
     ConnectFailed,
     ConnectionBroken,
     ConnectTimedOut,
@@ -489,5 +489,5 @@ def pool_of(session: aiohttp.ClientSession) -> UpstreamPool:
     """The forwarding pool of a target's session (made by ``router.app``)."""
     connector = session.connector
     if not isinstance(connector, UpstreamConnector):
-        raise TypeError("a target's session must use router.upstream.UpstreamConnector")
+        raise TypeError("a target's session must use router.http.h1.pool.UpstreamConnector")
     return connector.pool

@@ -1,7 +1,7 @@
 """One exchange with an upstream: a request sent on one keep-alive connection, and its response
 as it arrives. Heads (and chunked bodies) are parsed by aiohttp's llhttp parser; a plain body is
 counted, and either buffered for the proxy or written from the socket callback straight into
-the client's transport. The connections and their pool are router.upstream's.
+the client's transport. The connections and their pool are router.http.h1.pool's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from aiohttp.http_parser import HttpResponseParser
 from multidict import CIMultiDictProxy
 
 if TYPE_CHECKING:
-    from router.upstream import UpstreamPool, _Connection
+    from router.http.h1.pool import UpstreamPool, _Connection
 
 PARSER_LIMIT: Final = 2**30
 """The parser's own payload buffer never asks to pause: it is drained after every feed."""

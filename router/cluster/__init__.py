@@ -1,0 +1,1 @@
+"""Several warmgate replicas (peers, Lease, fencing, shared activity, budget); the KEDA scaler."""

@@ -1,0 +1,111 @@
+"""The top of the configuration file: listeners, server settings, and the groups below them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from backends.specs import Frozen, ReplicasSpec
+from backends.units import Duration
+from router.config.api import ApiSettings, CloudSpec, ModelSpec, Policy
+from router.config.targets import Target
+
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
+_TARGET_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+
+
+class HostPort(Frozen):
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def _parse_host_port(value: object) -> object:
+    if isinstance(value, str):
+        match = _HOST_PORT.match(value.strip())
+        if not match:
+            raise ValueError(f"expected host:port such as 127.0.0.1:8080, got {value!r}")
+        port = int(match.group("port"))
+        if port > 65535:
+            raise ValueError(f"port {port} is out of range 0-65535")
+        host = match.group("v6") or match.group("host") or "0.0.0.0"
+        return {"host": host, "port": port}
+    return value
+
+
+class ServerSettings(Frozen):
+    drain_grace: Duration = 30.0
+    """On SIGTERM, how long in-flight requests may finish before warmgate exits anyway."""
+    header_timeout: Duration = 10.0
+    """A client must send its full request head within this; cuts off slowloris clients."""
+    keepalive_timeout: Duration = 75.0
+    """Idle client keep-alive connections are closed after this (browsers use ~60-75 s)."""
+    access_log: bool = True
+    """One log line per request on the ``warmgate.access`` logger."""
+    trust_forwarded: bool = False
+    """Append to an incoming X-Forwarded-For instead of replacing it (behind a trusted gateway)."""
+
+
+class Config(Frozen):
+    listen: HostPort = HostPort(host="127.0.0.1", port=8080)
+    """Public listener: render URLs and the OpenAI-compatible API."""
+    admin_listen: HostPort = HostPort(host="127.0.0.1", port=9090)
+    """/healthz, /readyz, /metrics; never served on the public listener."""
+    scaler_listen: HostPort | None = None
+    """gRPC: KEDA's external scaler service (docs/keda.md), for render Deployments whose replicas
+    KEDA owns. Omitted (the default): not served."""
+    server: ServerSettings = ServerSettings()
+    targets: Mapping[str, Target]
+    models: Mapping[str, ModelSpec] = Field(default_factory=dict)
+    """Names on the OpenAI-compatible API (``/v1/*``); none: ``/v1`` is proxied like any path."""
+    clouds: Mapping[str, CloudSpec] = Field(default_factory=dict)
+    policy: Policy = Policy()
+    api: ApiSettings = ApiSettings()
+    replicas: ReplicasSpec | None = None
+    """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
+    source: str = Field(default="<memory>", exclude=True)
+    """The file this came from, for messages."""
+    base_dir: str = Field(default=".", exclude=True)
+
+    @field_validator("listen", "admin_listen", "scaler_listen", mode="before")
+    @classmethod
+    def _host_port(cls, value: object) -> object:
+        return _parse_host_port(value)
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _target_names(cls, value: object) -> object:
+        if not isinstance(value, Mapping):
+            return value  # the type check reports it
+        if not value:
+            raise ValueError("at least one target is needed")
+        for name in value:
+            if not _TARGET_NAME.match(name):
+                raise ValueError(
+                    f"target name {name!r}: expected lowercase letters, digits, '-', '_' or '.'"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Config:
+        if self.listen.port != 0 and self.listen == self.admin_listen:
+            raise ValueError("listen and admin_listen must differ: /metrics is never public")
+        scaler = self.scaler_listen
+        if scaler is not None and scaler.port != 0 and scaler in (self.listen, self.admin_listen):
+            raise ValueError("scaler_listen must differ from listen and admin_listen")
+        seen: dict[tuple[Any, ...], str] = {}
+        for name, target in self.targets.items():
+            for route in target.routes:
+                key = (route.hosts, route.path_prefix, tuple(sorted(route.headers.items())))
+                if key in seen:
+                    raise ValueError(
+                        f"targets {seen[key]!r} and {name!r} have the same route "
+                        f"(hosts={route.hosts}, path_prefix={route.path_prefix!r})"
+                    )
+                seen[key] = name
+        return self

@@ -1,0 +1,165 @@
+"""A target's config: its routes, timeouts, limits, scaling and engine (docs/engines.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from backends.specs import Backend, EngineKind, EngineSpec, Frozen, GradioWarmup, Readiness
+from backends.units import Duration, Size
+
+
+class Route(Frozen):
+    """What sends a request to a target. The longest matching ``path_prefix`` wins across all
+    targets; among equal prefixes, a route with hosts or headers beats one without."""
+
+    hosts: tuple[str, ...] | None = None
+    """Exact names or ``*.suffix`` wildcards, matched without the port; omitted: any host."""
+    path_prefix: str = "/"
+    """Matched on path segments: ``/comfy`` matches ``/comfy`` and ``/comfy/x``, not ``/comfyx``."""
+    strip_prefix: bool = False
+    """Remove the prefix before forwarding (an engine that serves its UI at ``/``)."""
+    headers: Mapping[str, str] = Field(default_factory=dict)
+    """All must match exactly (header names are case-insensitive)."""
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _prefix_is_absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must start with '/', got {value!r}")
+        if value.startswith("/.warmgate"):
+            raise ValueError("/.warmgate/ is reserved for warmgate's own pages")
+        return value
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_are_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must list at least one host, or be omitted to match any host")
+        for host in value:
+            bare = host[2:] if host.startswith("*.") else host
+            if not bare or "*" in bare or "/" in bare or " " in bare:
+                raise ValueError(f"expected a host name or '*.suffix' wildcard, got {host!r}")
+        return tuple(h.lower() for h in value)
+
+
+class Timeouts(Frozen):
+    connect: Duration = 5.0
+    """Seconds to open a TCP connection to a ready upstream; loopback or LAN, so short."""
+    response_headers: Duration = 300.0
+    """Seconds from sending the request to the upstream's status line. Long: a render engine
+    may answer only when the work is done."""
+
+
+class Limits(Frozen):
+    max_body: Size = 100 * 2**20
+    """Largest request body in bytes; bigger -> 413. 100 MiB fits image and video uploads."""
+    max_connections: int = Field(default=0, ge=0)
+    """Upstream connections per target (0: unlimited). Keep-alive pooled."""
+
+
+class Scaling(Frozen):
+    idle_after: Duration = 1800.0
+    """No activity this long -> scale to zero and release the GPU. 30 minutes: a person reading
+    their render does not lose the warm model; an abandoned tab frees the card within the hour."""
+    cold_start_timeout: Duration = 300.0
+    """Longest a request is held for a cold start; heavy render images take ~2 minutes."""
+    max_held: int = Field(default=1000, ge=1)
+    """Requests held at once per target; beyond: 503 with Retry-After (shedding)."""
+    stream_activity_window: Duration = 60.0
+    """A websocket or SSE stream counts as activity if it carried a frame this recently."""
+    wake_on: Literal["any", "navigation", "none"] = "any"
+    """What wakes a cold target: any request that is not a websocket upgrade (``any``),
+    only browser page loads and non-GET requests (``navigation``), or nothing (``none``)."""
+    busy_poll: Duration = 2.0
+    """How often a ready target's engine is asked whether it is busy (a render in its queue)."""
+    failure_backoff: Duration = 10.0
+    """First wait after a failed cold start; doubles per failure up to ``failure_backoff_max``."""
+    failure_backoff_max: Duration = 300.0
+
+
+class Target(Frozen):
+    engine: EngineKind = "http"
+    """Protocol the workload speaks (http, comfyui, gradio, openai); it decides readiness
+    probing, busy signals and which requests wake a cold target (docs/engines.md)."""
+    warmup_workflow: str | None = None
+    """comfyui only: an API-format workflow (JSON file, relative to the config file) queued at
+    every cold start; the target counts as ready once it completed, so the checkpoint is in
+    VRAM before the first user render. Omitted: ready when ``/system_stats`` answers."""
+    warmup: GradioWarmup | None = None
+    """gradio only: ``{api_name, data}``, one call through the app's API made at every cold start
+    before the target counts as ready (an app that loads its model on first use). Omitted:
+    ready when ``/config`` answers."""
+    routes: tuple[Route, ...]
+    backend: Backend
+    timeouts: Timeouts = Timeouts()
+    limits: Limits = Limits()
+    readiness: Readiness = Readiness()
+    scaling: Scaling = Scaling()
+    waiting_page: Literal["auto", "off"] = "auto"
+    """``auto``: a browser page load to a cold target gets the waiting page at once."""
+
+    @field_validator("routes")
+    @classmethod
+    def _has_routes(cls, value: tuple[Route, ...]) -> tuple[Route, ...]:
+        if not value:
+            raise ValueError("a target needs at least one route, e.g. [{path_prefix: /}]")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gradio_root_path(cls, data: object) -> object:
+        """A Gradio app behind one path prefix builds its file URLs from X-Forwarded-Host plus
+        its root path, which only it knows: a ``process`` child gets ``GRADIO_ROOT_PATH`` set to
+        the prefix unless its ``env`` names one (docs/engines.md)."""
+        if not isinstance(data, Mapping) or data.get("engine") != "gradio":
+            return data
+        backend, routes = data.get("backend"), data.get("routes")
+        if not isinstance(backend, Mapping) or backend.get("kind") != "process":
+            return data
+        env = backend.get("env") or {}
+        if not isinstance(env, Mapping) or "GRADIO_ROOT_PATH" in env:
+            return data
+        prefixes = {
+            str(route.get("path_prefix", "/")).rstrip("/")
+            for route in routes or ()
+            if isinstance(route, Mapping)
+        }
+        if len(prefixes) != 1 or prefixes == {""}:
+            return data
+        root = {"GRADIO_ROOT_PATH": prefixes.pop()}
+        return {**data, "backend": {**backend, "env": {**env, **root}}}
+
+    @field_validator("warmup_workflow")
+    @classmethod
+    def _workflow_for_comfyui(cls, value: str | None, info: ValidationInfo) -> str | None:
+        engine = info.data.get("engine")
+        if value is not None and engine not in (None, "comfyui"):
+            raise ValueError(f"warmup_workflow is for engine: comfyui (this one is {engine})")
+        return value
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup_for_gradio(
+        cls, value: GradioWarmup | None, info: ValidationInfo
+    ) -> GradioWarmup | None:
+        engine = info.data.get("engine")
+        if value is not None and engine not in (None, "gradio"):
+            raise ValueError(f"warmup is for engine: gradio (this one is {engine})")
+        return value
+
+    def engine_spec(self, base_dir: str) -> EngineSpec:
+        """What :func:`backends.registry.make_engine` needs; files resolved against ``base_dir``."""
+        workflow = self.warmup_workflow
+        return EngineSpec(
+            kind=self.engine,
+            readiness=self.readiness,
+            wake_on=self.scaling.wake_on,
+            warmup_workflow=str(Path(base_dir, workflow).resolve()) if workflow else None,
+            warmup=self.warmup,
+        )

@@ -1,0 +1,1 @@
+"""The HTTP plumbing: proxying requests and websockets, headers, and error replies."""

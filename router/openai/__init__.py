@@ -1,0 +1,1 @@
+"""The OpenAI-compatible API: handlers, placement policy, budget, costs, local and cloud calls."""
