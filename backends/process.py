@@ -23,6 +23,42 @@ log = logging.getLogger("warmgate.process")
 
 _PR_SET_PDEATHSIG = 1
 _STDERR_TAIL = 20
+_READ_SIZE = 64 * 1024
+MAX_LINE = 8 * 1024
+"""Longest log line of a child's output; a longer one is logged in pieces of this size."""
+
+
+class OutputLines:
+    """A child's output split into log lines (sans-IO: bytes in, lines out). ``\\n`` and ``\\r``
+    both end a line (tqdm redraws its progress bar with ``\\r`` for minutes and no newline);
+    a line longer than :data:`MAX_LINE` is cut; empty lines are dropped."""
+
+    __slots__ = ("_part",)
+
+    def __init__(self) -> None:
+        self._part = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        pieces = (self._part + data).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        self._part = pieces.pop()
+        out = [self._text(piece) for piece in pieces]
+        while len(self._part) > MAX_LINE:
+            cut = MAX_LINE
+            while cut > MAX_LINE - 4 and self._part[cut] & 0xC0 == 0x80:
+                cut -= 1  # never inside a UTF-8 character
+            out.append(self._text(self._part[:cut]))
+            self._part = self._part[cut:]
+        return [text for text in out if text]
+
+    def flush(self) -> list[str]:
+        """What is left at the end of the output."""
+        part, self._part = self._part, b""
+        text = self._text(part)
+        return [text] if text else []
+
+    @staticmethod
+    def _text(piece: bytes) -> str:
+        return piece.decode(errors="replace").rstrip()
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -120,11 +156,21 @@ class ProcessBackend:
         task.add_done_callback(self._tasks.discard)
 
     async def _pipe(self, stream: asyncio.StreamReader, name: str) -> None:
-        while line := await stream.readline():
-            text = line.decode(errors="replace").rstrip()
-            if name == "err":
-                self.stderr_tail.append(text)
-            log.info("[%s] %s", self.target, text)
+        """Log the child's output line by line, and never stop reading it: a child whose pipe
+        is full blocks on its next write (its cold start would hang)."""
+        lines = OutputLines()
+        while True:
+            try:
+                chunk = await stream.read(_READ_SIZE)
+            except Exception as exc:  # a broken pipe ends the output, never the drain silently
+                log.warning("[%s] cannot read its std%s: %s", self.target, name, exc)
+                return
+            for text in lines.feed(chunk) if chunk else lines.flush():
+                if name == "err":
+                    self.stderr_tail.append(text)
+                log.info("[%s] %s", self.target, text)
+            if not chunk:
+                return
 
     async def _watch(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()

@@ -12,6 +12,7 @@ import aiohttp
 import psutil
 import pytest
 
+from backends.process import MAX_LINE, OutputLines
 from router.scale.state import Phase
 from tests.helpers import ROOT, Subprocess, metric_value, wait_until, warmgate
 
@@ -221,3 +222,46 @@ def test_no_child_survives_warmgate(tmp_path: Path) -> None:
             assert not alive(engine_pid), f"engine survived {how.name} of warmgate"
         finally:
             wg.stop()
+
+
+# A child that writes 1 MiB without a newline (tqdm's "\r" progress while it downloads weights),
+# then serves: its output keeps draining, so it never blocks on a full pipe.
+LONG_LINE_THEN_SERVE = [
+    "python",
+    "-c",
+    "import runpy, sys\n"
+    "sys.stdout.write('#' * (1 << 20)); sys.stdout.flush()\n"
+    "for i in range(2000): sys.stderr.write('\\rDownloading %.1f%%' % (i / 20))\n"
+    "sys.stderr.flush()\n"
+    "sys.argv = ['sleepy', '--port', '{port}', '--load', '0.1']\n"
+    "runpy.run_module('tests.sleepy_engine', run_name='__main__')\n",
+]
+
+
+async def test_a_child_writing_a_mebibyte_without_a_newline_still_becomes_ready(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = process_config(LONG_LINE_THEN_SERVE, cold_start_timeout="20s")
+    caplog.set_level("INFO", logger="warmgate.process")
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(f"{wg.url}/item/1") as resp:
+            assert resp.status == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "warmgate.process"]
+    hashes = [line for line in lines if "####" in line]
+    assert hashes, "the long line reached the log, cut into pieces"
+    assert all(len(line) <= 8 * 1024 + 64 for line in hashes)
+    assert sum(line.count("#") for line in hashes) == 1 << 20, "nothing of it was lost"
+    assert any("Downloading 99.9%" in line for line in lines), "\\r ends a line too"
+
+
+def test_output_lines_end_at_cr_and_lf_and_are_cut_on_character_boundaries() -> None:
+    lines = OutputLines()
+    assert lines.feed(b"10%\r20%\r") == ["10%", "20%"]
+    assert lines.feed(b"a\r\nb\n\n") == ["a", "b"]
+    assert lines.feed(b"partial") == []
+    assert lines.feed(b" line\n") == ["partial line"]
+    long = "é" * MAX_LINE  # two bytes each: a cut at MAX_LINE bytes would split one
+    pieces = lines.feed(long.encode())
+    assert pieces and all("\ufffd" not in piece for piece in pieces)
+    assert "".join(pieces + lines.flush()) == long
+    assert lines.flush() == []
