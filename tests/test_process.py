@@ -243,9 +243,12 @@ async def test_a_child_writing_a_mebibyte_without_a_newline_still_becomes_ready(
 ) -> None:
     config = process_config(LONG_LINE_THEN_SERVE, cold_start_timeout="20s")
     caplog.set_level("INFO", logger="warmgate.process")
-    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
-        async with client.get(f"{wg.url}/item/1") as resp:
-            assert resp.status == 200
+    async with (
+        warmgate(config) as wg,
+        aiohttp.ClientSession() as client,
+        client.get(f"{wg.url}/item/1") as resp,
+    ):
+        assert resp.status == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "warmgate.process"]
     hashes = [line for line in lines if "####" in line]
     assert hashes, "the long line reached the log, cut into pieces"
