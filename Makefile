@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test check lint format typecheck imports bench loadtest chromium clean
+.PHONY: install demo test check lint format typecheck imports bench loadtest chromium promtool clean
 
 install: $(STAMP)
 
@@ -23,12 +23,16 @@ demo: install
 	@echo "\n  open http://127.0.0.1:8080/  (metrics: http://127.0.0.1:9090/metrics, targets: http://127.0.0.1:9090/targets)\n"
 	$(BIN)/warmgate serve --config $(CONFIG)
 
-test: install chromium kube-bins
+test: install chromium promtool kube-bins
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q
 
 # Debian's chromium drives the waiting-page test (playwright uses it; it downloads no browser).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get install -y chromium >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y chromium >/dev/null)) || echo "chromium could not be installed: its test will be skipped"
+
+# Debian's prometheus package brings promtool: it checks and unit-tests deploy/monitoring's alerts.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || (apt-get install -y prometheus >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y prometheus >/dev/null)) || echo "promtool could not be installed: the alert rule tests will be skipped"
 
 check: lint typecheck imports
 

@@ -15,6 +15,7 @@ from backends.registry import make_backend, make_engine, make_membership
 from router.admin import build_admin_app
 from router.cluster.replicas import Replicas, add_routes
 from router.config import Config
+from router.dashboard import add_dashboard
 from router.http.h1.pool import UpstreamConnector
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.metrics import Metrics
@@ -133,4 +134,5 @@ def build_apps(config: Config) -> Apps:
     admin[READINESS] = readiness
     if replicas is not None:
         add_routes(admin, replicas)
+    add_dashboard(admin, public, replicas)
     return Apps(public, admin, readiness, replicas)

@@ -1,0 +1,39 @@
+"""Gauges the operator's view adds to ``/metrics``: what the alert rules compare against
+(deploy/monitoring/). Read when scraped, from the state the rest of warmgate already keeps."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from prometheus_client import Gauge
+
+from router.metrics import Metrics
+from router.openai.budget import Budget
+from router.routing.waiting import DEFAULT_ETA
+from router.scale.targets import TargetRuntime
+
+
+def add_gauges(
+    metrics: Metrics, runtimes: Mapping[str, TargetRuntime], budget: Budget | None
+) -> None:
+    r, ns = metrics.registry, "warmgate"
+    eta = Gauge(
+        "cold_start_eta_seconds",
+        "Expected seconds from scale-up to ready, as the waiting page shows it (learned from "
+        f"the recent cold starts; {DEFAULT_ETA:g} before the first)",
+        ["target"],
+        namespace=ns,
+        registry=r,
+    )
+    for name, runtime in runtimes.items():
+        eta.labels(name).set_function(functools.partial(runtime.predicted_cold_start, DEFAULT_ETA))
+    if budget is not None:  # the OpenAI-compatible API is served
+        limit = Gauge(
+            "cloud_budget_usd",
+            "USD the day's cloud budget allows (policy.daily_cloud_budget_usd), all replicas "
+            "together",
+            namespace=ns,
+            registry=r,
+        )
+        limit.set_function(lambda: budget.limit)
