@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 
 from backends.base import Observation, ObservationListener
@@ -74,10 +74,15 @@ def free_port(host: str) -> int:
 
 
 class ProcessBackend:
-    def __init__(self, target: str, spec: ProcessSpec, base_dir: str) -> None:
+    def __init__(
+        self, target: str, spec: ProcessSpec, base_dir: str, *, environ: Mapping[str, str]
+    ) -> None:
+        """``environ``: the child's environment before ``spec.env`` is added (warmgate's own, as
+        ``router/config/env.py`` read it)."""
         self.target = target
         self.spec = spec
         self.base_dir = base_dir
+        self.environ = environ
         self._proc: asyncio.subprocess.Process | None = None
         self._stopping = False
         self._observation = Observation()
@@ -111,7 +116,7 @@ class ProcessBackend:
         argv = [part.format_map(values) for part in self.spec.command]
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable  # the interpreter warmgate runs on, with its environment
-        env = dict(os.environ)
+        env = dict(self.environ)
         env.update({k: v.format_map(values) for k, v in self.spec.env.items()})
         env.setdefault("PYTHONUNBUFFERED", "1")
         cwd = Path(self.base_dir, self.spec.cwd or ".").resolve()
@@ -183,11 +188,12 @@ class ProcessBackend:
         log.warning("[%s] %s; last output:\n%s", self.target, reason, tail or "(none)")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
+        self._proc = None  # gone and logged: the stop that follows has nothing left to say
         self._set(Observation(failure=reason, crashed=True))
 
     async def scale_down(self, deadline: float | None = None) -> None:
         async with self._lock:
-            proc = self._proc
+            proc, self._proc = self._proc, None
             self._stopping = True
             if proc is not None:
                 await self._terminate(proc)

@@ -268,3 +268,23 @@ def test_output_lines_end_at_cr_and_lf_and_are_cut_on_character_boundaries() -> 
     assert pieces and all("\ufffd" not in piece for piece in pieces)
     assert "".join(pieces + lines.flush()) == long
     assert lines.flush() == []
+
+
+async def test_a_child_that_exits_by_itself_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="warmgate.process")
+    async with warmgate(process_config()) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/") as resp:
+            assert resp.status == 200
+        pid = wg.runtime().backend.pid
+        async with client.get(wg.url + "/crash") as resp:
+            assert resp.status == 502
+        await wait_until(lambda: wg.runtime().state.phase is Phase.COLD)
+    exits = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "warmgate.process" and "exit" in r.getMessage()
+    ]
+    assert len(exits) == 1, exits
+    assert pid is not None
