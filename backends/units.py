@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -37,6 +38,8 @@ def parse_duration(value: object) -> float:
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
     else:
         raise ValueError(f"expected a duration such as 30s, 5m, 200ms, got {value!r}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"a duration must be a finite number of seconds, got {value!r}")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
     return seconds
