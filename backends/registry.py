@@ -1,15 +1,28 @@
 """The one place that turns config specs into concrete backends and engines.
 
-The router calls these factories and then speaks only the protocols of ``backends.base``.
+The router calls these factories and then speaks only the protocols of ``backends.base``. What a
+backend needs from warmgate's environment it is handed here as plain values (the router reads
+the environment, in ``router/config/env.py``); no backend reads it itself.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from backends.base import Backend, Cloud, Engine, Membership
 from backends.specs import BackendSpec, EngineSpec, ReplicasSpec
 
 
-def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
+def make_backend(
+    target: str,
+    spec: BackendSpec,
+    base_dir: str,
+    *,
+    environ: Mapping[str, str],
+    kube_environ: Mapping[str, str],
+) -> Backend:
+    """``environ``: the base of a ``process`` child's environment; ``kube_environ``: the
+    variables the ``kubernetes`` backend finds its credentials with."""
     if spec.kind == "static":
         from backends.static import StaticBackend
 
@@ -17,19 +30,34 @@ def make_backend(target: str, spec: BackendSpec, base_dir: str) -> Backend:
     if spec.kind == "process":
         from backends.process import ProcessBackend
 
-        return ProcessBackend(target, spec, base_dir)
+        return ProcessBackend(target, spec, base_dir, environ=environ)
     if spec.kind == "kubernetes":
         from backends.kubernetes import KubernetesBackend
+        from backends.kubernetes.client import connector
 
-        return KubernetesBackend(target, spec)
+        return KubernetesBackend(target, spec, connect=connector(kube_environ))
     raise ValueError(f"unknown backend kind {spec.kind!r}")  # config validation prevents this
 
 
-def make_membership(spec: ReplicasSpec) -> Membership:
-    """Several warmgate replicas: peers from the EndpointSlices, leadership from a Lease."""
+def make_membership(
+    spec: ReplicasSpec,
+    *,
+    kube_environ: Mapping[str, str],
+    pod_name: str | None = None,
+    pod_ip: str | None = None,
+) -> Membership:
+    """Several warmgate replicas: peers from the EndpointSlices, leadership from a Lease.
+    ``pod_name`` and ``pod_ip``: this pod's, from the Downward API (``$POD_NAME``, ``$POD_IP``)."""
     from backends.kubernetes import KubernetesMembership
+    from backends.kubernetes.client import connector
+    from backends.kubernetes.membership import own_identity
 
-    return KubernetesMembership(spec)
+    return KubernetesMembership(
+        spec,
+        connect=connector(kube_environ),
+        identity=own_identity(spec, pod_name),
+        own_address=pod_ip,
+    )
 
 
 def make_engine(spec: EngineSpec) -> Engine:

@@ -61,12 +61,22 @@ def build_apps(config: Config) -> Apps:
     loop = asyncio.get_running_loop()
     metrics = Metrics()
     runtimes: dict[str, TargetRuntime] = {}
+    env = config.environment  # read once, at load: backends get plain values
     for name, target in config.targets.items():
-        backend = make_backend(name, target.backend, config.base_dir)
+        backend = make_backend(
+            name, target.backend, config.base_dir, environ=env.variables, kube_environ=env.kube
+        )
         engine = make_engine(target.engine_spec(config.base_dir))
         runtimes[name] = TargetRuntime(name, target, backend, engine, metrics, loop)
     replicas = (
-        Replicas(make_membership(config.replicas), config.replicas, runtimes, metrics)
+        Replicas(
+            make_membership(
+                config.replicas, kube_environ=env.kube, pod_name=env.pod_name, pod_ip=env.pod_ip
+            ),
+            config.replicas,
+            runtimes,
+            metrics,
+        )
         if config.replicas is not None
         else None
     )

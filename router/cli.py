@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 
 from backends.base import BackendError
 from router import __version__
-from router.config import Config, load_config
+from router.config import Config, Environment, load_config, read_environment
 from router.errors import ConfigError, ListenError
 from router.routing.match import RouteTable
+from router.status import add_command as add_status_command
 
 DEFAULT_CONFIG = "deploy/local/warmgate.yaml"
 
@@ -29,8 +29,8 @@ def _print_table(config: Config) -> None:
         )
 
 
-def _check(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+def _check(args: argparse.Namespace, environment: Environment) -> int:
+    config = load_config(args.config, environment=environment)
     print(f"{args.config}: ok, {len(config.targets)} targets")
     print(f"listen {config.listen}, admin {config.admin_listen}")
     if config.scaler_listen is not None:
@@ -46,7 +46,7 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, environment: Environment) -> int:
     overrides = {
         key: value
         for key, value in (
@@ -56,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
         if value
     }
-    config = load_config(args.config, overrides)
+    config = load_config(args.config, overrides, environment)
     from router.server import serve
 
     try:
@@ -69,13 +69,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    environment = read_environment()  # once; the config carries it down from here
     parser = argparse.ArgumentParser(
         prog="warmgate", description="Request router and scale-from-zero proxy for GPU engines."
     )
     parser.add_argument("--version", action="version", version=f"warmgate {__version__}")
-    parser.add_argument(
-        "--log-level", default=os.environ.get("WARMGATE_LOG_LEVEL", "INFO"), help="default INFO"
-    )
+    parser.add_argument("--log-level", default=environment.log_level, help="default INFO")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, func, text in (
         ("check", _check, "validate a config file and print the routing table"),
@@ -94,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument(
                 "--scaler-listen", help="HOST:PORT; overrides the config's scaler_listen"
             )
+    add_status_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return int(args.func(args))
+        return int(args.func(args, environment))
     except ConfigError as exc:
         print(f"warmgate: invalid config\n{exc}", file=sys.stderr)
         return 2

@@ -56,7 +56,9 @@ class StaticMembership:
 def table(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Who the replicas are (name -> admin URL), filled in once they listen."""
     peers: dict[str, str] = {}
-    monkeypatch.setattr("router.app.make_membership", lambda spec: StaticMembership(spec, peers))
+    monkeypatch.setattr(
+        "router.app.make_membership", lambda spec, **_: StaticMembership(spec, peers)
+    )
     return peers
 
 

@@ -2,6 +2,10 @@
 
 aiohttp's run_app turns SIGTERM into a graceful shutdown (stop accepting, close websockets,
 cancel the worker and any checkpoint load), after which the process exits with status 0.
+
+The demo engine is a program of its own (warmgate starts it as a child, or a pod runs it), so it
+reads its own environment here (``EAGER_LOAD_MODEL``, ``XDG_CACHE_HOME``, ...: see ``config``);
+warmgate itself reads the environment only in ``router/config/env.py``.
 """
 
 from __future__ import annotations

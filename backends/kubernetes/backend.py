@@ -45,19 +45,13 @@ OPEN_TIMEOUT = 10.0
 trying in the background (an API server away must not keep warm targets from being served)."""
 
 
-async def _connect_from_environment() -> KubeApi:
-    from backends.kubernetes.client import access_from_environment, connect
-
-    return await connect(access_from_environment())
-
-
 class KubernetesBackend:
     def __init__(
         self,
         target: str,
         spec: KubernetesSpec,
         *,
-        connect: Callable[[], Awaitable[KubeApi]] = _connect_from_environment,
+        connect: Callable[[], Awaitable[KubeApi]],
         backoff: Backoff = DEFAULT_BACKOFF,
         watch_timeout: int = WATCH_TIMEOUT,
         open_timeout: float = OPEN_TIMEOUT,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +61,8 @@ def resolve_access(
     environ: Mapping[str, str], serviceaccount_dir: Path = SERVICEACCOUNT_DIR
 ) -> Access:
     """In-cluster config when running in a pod (service host set and a token mounted), else the
-    first file of ``KUBECONFIG``, else ``~/.kube/config``. Pure: the environment is passed in."""
+    first file of ``KUBECONFIG``, else ``~/.kube/config``. Pure: the variables are passed in
+    (``router.config.env`` reads them, once)."""
     host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
     if host and port and (serviceaccount_dir / "token").is_file():
         bracketed = f"[{host}]" if ":" in host else host
@@ -75,9 +76,14 @@ def resolve_access(
     return Access("kubeconfig", kubeconfig=Path(home, ".kube", "config"))
 
 
-def access_from_environment() -> Access:
-    """The one place the Kubernetes backend reads the environment."""
-    return resolve_access(os.environ)
+def connector(environ: Mapping[str, str]) -> Callable[[], Awaitable[RealKube]]:
+    """How the backend and the replicas connect: credentials resolved from ``environ`` (the
+    variables of ``resolve_access``) at each connect, so a token mounted late is still found."""
+
+    async def connect_with_environment() -> RealKube:
+        return await connect(resolve_access(environ))
+
+    return connect_with_environment
 
 
 async def connect(access: Access) -> RealKube:

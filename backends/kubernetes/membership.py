@@ -18,7 +18,6 @@ import contextlib
 import datetime as dt
 import logging
 import math
-import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -47,17 +46,10 @@ OPEN_TIMEOUT = 10.0
 """Seconds ``open`` waits for the first list of peers and the first look at the Lease."""
 
 
-async def _connect_from_environment() -> KubeApi:
-    from backends.kubernetes.client import access_from_environment, connect
-
-    return await connect(access_from_environment())
-
-
-def own_identity(spec: ReplicasSpec, environ: dict[str, str] | None = None) -> str:
-    """``identity`` from the config, else ``$POD_NAME`` (the Downward API), else the host name
-    (a pod's host name is its name)."""
-    env = os.environ if environ is None else environ
-    return spec.identity or env.get("POD_NAME") or socket.gethostname()
+def own_identity(spec: ReplicasSpec, pod_name: str | None = None) -> str:
+    """``identity`` from the config, else ``pod_name`` (``$POD_NAME``, from the Downward API),
+    else the host name (a pod's host name is its name)."""
+    return spec.identity or pod_name or socket.gethostname()
 
 
 def _url(address: str, port: int) -> str:
@@ -113,7 +105,7 @@ class KubernetesMembership:
         self,
         spec: ReplicasSpec,
         *,
-        connect: Callable[[], Awaitable[KubeApi]] = _connect_from_environment,
+        connect: Callable[[], Awaitable[KubeApi]],
         identity: str | None = None,
         own_address: str | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
@@ -123,7 +115,7 @@ class KubernetesMembership:
     ) -> None:
         self.spec = spec
         self._identity = identity or own_identity(spec)
-        self._own_address = own_address if own_address is not None else os.environ.get("POD_IP")
+        self._own_address = own_address
         self._connect = connect
         self._backoff = backoff
         self._watch_timeout = watch_timeout

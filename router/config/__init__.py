@@ -13,6 +13,7 @@ from router.config.api import (
     Policy,
     PrivateRule,
 )
+from router.config.env import Environment, read_environment
 from router.config.load import load_config, parse_config
 from router.config.root import Config, HostPort, ServerSettings
 from router.config.targets import Limits, Route, Scaling, Target, Timeouts
@@ -22,6 +23,7 @@ __all__ = [
     "CloudSpec",
     "Config",
     "Cost",
+    "Environment",
     "HostPort",
     "Limits",
     "ModelSpec",
@@ -35,4 +37,5 @@ __all__ = [
     "Timeouts",
     "load_config",
     "parse_config",
+    "read_environment",
 ]

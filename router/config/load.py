@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from backends.specs import BACKEND_KINDS
 from router.config.api import MODEL_NAME
-from router.config.root import Config
+from router.config.env import Environment, read_environment
+from router.config.root import ENVIRONMENT, Config
 from router.errors import ConfigError
 
 
@@ -113,11 +114,20 @@ def _describe(error: Mapping[str, Any]) -> str:
     return f"{message} (got {error['input']!r})" if kind.endswith("_type") else message
 
 
-def parse_config(data: object, source: str = "<memory>", base_dir: str = ".") -> Config:
+def parse_config(
+    data: object,
+    source: str = "<memory>",
+    base_dir: str = ".",
+    environment: Environment | None = None,
+) -> Config:
+    """Validate parsed YAML; the Config carries ``environment`` (default: read now)."""
     if not isinstance(data, dict):
         raise ConfigError(source, [("(top level)", "expected a mapping of keys such as targets:")])
+    context = {ENVIRONMENT: environment if environment is not None else read_environment()}
     try:
-        config = Config.model_validate({**data, "source": source, "base_dir": base_dir})
+        config = Config.model_validate(
+            {**data, "source": source, "base_dir": base_dir}, context=context
+        )
     except ValidationError as exc:
         problems = [(_key_path(err["loc"]), _describe(err)) for err in exc.errors()]
         raise ConfigError(source, problems) from exc
@@ -126,9 +136,14 @@ def parse_config(data: object, source: str = "<memory>", base_dir: str = ".") ->
     return config
 
 
-def load_config(path: str | Path, overrides: Mapping[str, object] | None = None) -> Config:
+def load_config(
+    path: str | Path,
+    overrides: Mapping[str, object] | None = None,
+    environment: Environment | None = None,
+) -> Config:
     """Read, parse and validate one YAML file; ``overrides`` replace top-level keys (the
-    command line's ``--listen``/``--admin-listen``: each pod of a Deployment binds its own)."""
+    command line's ``--listen``/``--admin-listen``: each pod of a Deployment binds its own);
+    ``environment``: what the command line read (default: read now)."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -143,4 +158,4 @@ def load_config(path: str | Path, overrides: Mapping[str, object] | None = None)
         raise ConfigError(str(file), [(at, f"is not valid YAML: {problem}")]) from exc
     if overrides and isinstance(data, dict):
         data = {**data, **overrides}
-    return parse_config(data, str(file), str(file.resolve().parent))
+    return parse_config(data, str(file), str(file.resolve().parent), environment)

@@ -6,15 +6,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from backends.specs import Frozen, ReplicasSpec
 from backends.units import Duration
 from router.config.api import ApiSettings, CloudSpec, ModelSpec, Policy
+from router.config.env import Environment
 from router.config.targets import Target
 
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
 _TARGET_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+ENVIRONMENT = "environment"
+"""The validation context's key for the :class:`Environment` a Config carries."""
 
 
 class HostPort(Frozen):
@@ -71,6 +74,20 @@ class Config(Frozen):
     source: str = Field(default="<memory>", exclude=True)
     """The file this came from, for messages."""
     base_dir: str = Field(default=".", exclude=True)
+    _environment: Environment = PrivateAttr(default_factory=Environment)
+
+    @property
+    def environment(self) -> Environment:
+        """The environment as it was when this was loaded (``router.config.env``); not a key of
+        the file, never serialized."""
+        return self._environment
+
+    @model_validator(mode="after")
+    def _carry_environment(self, info: ValidationInfo) -> Config:
+        environment = (info.context or {}).get(ENVIRONMENT)
+        if isinstance(environment, Environment):
+            self._environment = environment
+        return self
 
     @field_validator("listen", "admin_listen", "scaler_listen", mode="before")
     @classmethod

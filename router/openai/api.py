@@ -81,7 +81,7 @@ def build_openai_api(
     keys = load_client_keys(config)
     clouds = {
         name: make_cloud(name, config.clouds[name].base_url, key, config.clouds[name].timeout)
-        for name, key in cloud_api_keys(config.clouds).items()
+        for name, key in cloud_api_keys(config.clouds, config.environment).items()
     }
     return OpenAIApi(config, runtimes, sessions, metrics, clouds, keys)
 

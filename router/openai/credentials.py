@@ -1,7 +1,7 @@
 """Who is asking, and whether their work is private; the cloud API keys.
 
-Client API keys come from ``api.api_keys_file``; cloud API keys from the environment, read here
-and nowhere else. Keys are compared by digest and never logged.
+Client API keys come from ``api.api_keys_file``; cloud API keys from the environment as the
+config carries it (``router.config.env`` reads it). Keys are compared by digest and never logged.
 
 The private rule fails closed: a header value that is not plainly false, or any trouble while
 evaluating the rule, makes the request private.
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from multidict import CIMultiDictProxy
 
-from router.config import CloudSpec, Config, PrivateRule
+from router.config import CloudSpec, Config, Environment, PrivateRule
 from router.errors import ConfigError
 
 log = logging.getLogger("warmgate.api")
@@ -114,11 +113,11 @@ class Privacy:
             return "unevaluable"
 
 
-def cloud_api_keys(clouds: Mapping[str, CloudSpec]) -> dict[str, str]:
+def cloud_api_keys(clouds: Mapping[str, CloudSpec], environment: Environment) -> dict[str, str]:
     """Cloud name -> API key, for the clouds whose variable is set; the others are logged."""
     keys: dict[str, str] = {}
     for name, spec in clouds.items():
-        value = os.environ.get(spec.api_key_env, "").strip()
+        value = environment.api_key(spec.api_key_env)
         if value:
             keys[name] = value
         else:
