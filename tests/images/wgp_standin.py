@@ -1,0 +1,101 @@
+"""A stand-in for Wan2GP's wgp.py, speaking as it does where the launcher listens.
+
+Like wgp.py it reads ``wgp_config.json`` from its working directory (writing the defaults when
+there is none), opens with ``last_model_type`` (else "t2v"), and when ``preload_model_policy``
+holds "P" loads that model at module level, printing ``Loading Model '<file>' ...`` first and
+raising ``Unable to locate file`` when a file is in none of ``checkpoints_paths``; only then does it
+open its web server on ``--server-port`` (``--listen``: all addresses), answering Gradio's
+``/config``. SIGINT closes it, as Gradio's launch loop does.
+
+The test holds the load until it creates ``release-load`` in the working directory, and finds
+the process id in ``wgp.pid``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+MODEL_FILES = {
+    "t2v": ["wan2.1_text2video_14B_quanto_mbf16_int8.safetensors"],
+    "i2v_2_2": [
+        "wan2.2_image2video_14B_high_quanto_mbf16_int8.safetensors",
+        "wan2.2_image2video_14B_low_quanto_mbf16_int8.safetensors",
+    ],
+}
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--listen", action="store_true")
+parser.add_argument("--server-port", type=str, default=0)
+parser.add_argument("--server-name", type=str, default="")
+parser.add_argument("--profile", type=str, default=-1)
+args, _ = parser.parse_known_args()
+
+Path("wgp.pid").write_text(str(os.getpid()))
+config_file = Path("wgp_config.json")
+if not config_file.is_file():
+    config_file.write_text(json.dumps({"preload_model_policy": [], "checkpoints_paths": ["ckpts"]}))
+server_config = json.loads(config_file.read_text())
+transformer_type = server_config.get("last_model_type") or "t2v"
+print(f"stand-in wgp.py: model {transformer_type}", flush=True)
+
+
+def locate_file(name: str) -> str:
+    tried = []
+    for folder in server_config.get("checkpoints_paths", ["ckpts", "."]):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+        tried.append(os.path.abspath(path))
+    raise Exception(f"Unable to locate file '{name}', tried {tried}")
+
+
+def load_models(model_type: str) -> None:
+    files = MODEL_FILES[model_type]
+    for i, name in enumerate(files):
+        print(f"Loading {'Model' if i == 0 else 'Module'} '{name}' ...", flush=True)
+    deadline = time.monotonic() + 20
+    while not Path("release-load").exists():
+        if time.monotonic() > deadline:
+            sys.exit("stand-in wgp.py: the test never released the load")
+        time.sleep(0.01)
+    for name in files:
+        locate_file(name)
+    print("\r 50%|#####     | 1/2\r100%|##########| 2/2", flush=True)
+
+
+if "P" in server_config.get("preload_model_policy", []):
+    load_models(transformer_type)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status = 200 if self.path == "/config" else 404
+        body = json.dumps({"version": "5.x", "mode": "blocks"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+port = int(args.server_port) or int(os.getenv("SERVER_PORT", "7860"))
+host = "0.0.0.0" if args.listen else (args.server_name or "localhost")
+httpd = ThreadingHTTPServer((host, port), Handler)
+threading.Thread(target=httpd.serve_forever, daemon=True).start()
+print(f"* Running on local URL:  http://{host}:{port}", flush=True)
+try:
+    while True:
+        time.sleep(0.1)
+except KeyboardInterrupt:
+    print("Keyboard interruption in main thread... closing server.", flush=True)
+    httpd.shutdown()
