@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,10 @@ class BackendError(Exception):
 
 
 class Backend(Protocol):
-    """Runs and scales one target. Every method is idempotent and safe to call in any phase."""
+    """Runs and scales one target. Every method is idempotent and safe to call in any phase.
+
+    A backend whose replicas an autoscaler outside warmgate may own offers :class:`Autoscaled`
+    as well (asked through :func:`outside_autoscaler`)."""
 
     @property
     def always_on(self) -> bool:
@@ -69,6 +72,37 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Stop watching; stop what this process started itself (never a shared Deployment)."""
         ...
+
+
+# -- replicas owned outside warmgate --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideAutoscaler:
+    """An autoscaler outside warmgate owns the workload's replica count (KEDA, with warmgate as
+    its external-push scaler: docs/keda.md). Warmgate never scales such a workload: it tells the
+    autoscaler whether the target is wanted, and waits for replicas to come and go."""
+
+    target_concurrency: float = 1.0
+    """Requests (in flight + held) per replica that the autoscaler aims for."""
+
+
+@runtime_checkable
+class Autoscaled(Protocol):
+    """What a :class:`Backend` whose replicas may be owned outside warmgate offers besides the
+    protocol (the ``kubernetes`` backend, in ``mode: keda``). Optional: a backend without it is
+    scaled by warmgate itself. Ask through :func:`outside_autoscaler`."""
+
+    @property
+    def outside_autoscaler(self) -> OutsideAutoscaler | None:
+        """The autoscaler that owns the replicas; ``None`` while warmgate scales them."""
+        ...
+
+
+def outside_autoscaler(backend: Backend) -> OutsideAutoscaler | None:
+    """Who owns ``backend``'s replicas when it is not warmgate; ``None`` for every backend that
+    warmgate scales through ``scale_up``/``scale_down``."""
+    return backend.outside_autoscaler if isinstance(backend, Autoscaled) else None
 
 
 @dataclass(frozen=True, slots=True)

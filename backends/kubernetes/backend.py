@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from backends.base import BackendError, Observation, ObservationListener
+from backends.base import BackendError, Observation, ObservationListener, OutsideAutoscaler
 from backends.kubernetes.api import (
     DEPLOYMENTS,
     HPAS,
@@ -92,6 +92,12 @@ class KubernetesBackend:
 
     def observe(self) -> Observation:
         return self._observation
+
+    @property
+    def outside_autoscaler(self) -> OutsideAutoscaler | None:
+        """``mode: keda``: KEDA owns the replicas, at ``target_concurrency`` per replica."""
+        keda = self.spec.mode == "keda"
+        return OutsideAutoscaler(self.spec.target_concurrency) if keda else None
 
     async def open(self, listener: ObservationListener) -> None:
         spec = self.spec
