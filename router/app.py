@@ -13,7 +13,8 @@ from aiohttp import web
 
 from backends.registry import make_backend, make_engine, make_membership
 from router.admin import build_admin_app
-from router.cluster.replicas import Replicas, add_routes
+from router.cluster.replicas import Replicas
+from router.cluster.routes import add_routes
 from router.config import Config
 from router.dashboard import add_dashboard
 from router.http.h1.pool import UpstreamConnector

@@ -7,16 +7,11 @@ from typing import Any
 
 import pytest
 
-from backends.base import Observation
-from router.cluster.keda_state import (
-    RECHECK_HELD,
-    Wants,
-    activeness,
-    decide_keda,
-    keda_owns_replicas,
-    target_concurrency,
-)
+from backends.base import Backend, Observation
+from backends.registry import make_backend
+from router.cluster.keda_state import RECHECK_HELD, Wants, activeness, target_concurrency
 from router.config import Scaling, parse_config
+from router.scale.keda_mode import decide_keda, keda_owns_replicas
 from router.scale.scaling import Act, View
 from router.scale.state import Phase, TargetState
 
@@ -208,20 +203,21 @@ def test_decide_keda(v: View, act: Act, reason: str) -> None:
     assert reason in step.reason
 
 
-def target(backend: dict[str, Any]) -> Any:
+def backend_for(backend: dict[str, Any]) -> Backend:
+    """The backend a target with this config gets (built, not opened)."""
     config = parse_config({"targets": {"t": {"routes": [{}], "backend": backend}}})
-    return config.targets["t"]
+    return make_backend("t", config.targets["t"].backend, ".", environ={}, kube_environ={})
 
 
 def test_only_a_keda_mode_backend_hands_its_replicas_to_keda() -> None:
-    process = target({"kind": "process", "command": ["engine"]})
-    static = target({"kind": "static", "url": "http://127.0.0.1:1"})
+    process = backend_for({"kind": "process", "command": ["engine"]})
+    static = backend_for({"kind": "static", "url": "http://127.0.0.1:1"})
     assert not keda_owns_replicas(process) and not keda_owns_replicas(static)
     assert target_concurrency(process) == 1.0
 
 
 def test_target_concurrency_comes_from_the_kubernetes_backend() -> None:
-    keda = target(
+    keda = backend_for(
         {
             "kind": "kubernetes",
             "namespace": "render",

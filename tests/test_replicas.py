@@ -18,14 +18,8 @@ from backends.kubernetes.api import LEASES
 from backends.kubernetes.informer import Backoff
 from backends.kubernetes.membership import KubernetesMembership, peers_from_slices
 from backends.specs import ReplicasSpec
-from router.cluster.replicas import (
-    PeerRecord,
-    Replicas,
-    Word,
-    combine,
-    word_from_json,
-    word_to_json,
-)
+from router.cluster.combine import PeerRecord, Word, combine, word_from_json, word_to_json
+from router.cluster.replicas import Replicas
 from router.config import parse_config
 from router.errors import ConfigError
 from router.scale.lifecycle import Lifecycle

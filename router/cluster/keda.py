@@ -20,9 +20,10 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from router.cluster.combine import alone
 from router.cluster.keda_proto import externalscaler_pb2 as pb
 from router.cluster.keda_state import Activeness, Wants, activeness, target_concurrency
-from router.cluster.replicas import Replicas, alone
+from router.cluster.replicas import Replicas
 from router.config import HostPort
 from router.scale.state import TargetState
 from router.scale.targets import TargetRuntime
@@ -176,7 +177,7 @@ class ScalerService:
         self, request: pb.ScaledObjectRef, context: _Context
     ) -> pb.GetMetricSpecResponse:
         signal = await self._signal(request, context)
-        size = target_concurrency(signal.rt.spec)
+        size = target_concurrency(signal.rt.backend)
         spec = pb.MetricSpec(
             metricName=metric_name(signal.rt.name),
             targetSize=max(1, math.ceil(size)),

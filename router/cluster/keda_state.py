@@ -1,10 +1,8 @@
-"""What KEDA is told about a target, and how the lifecycle runs one whose replicas KEDA owns.
+"""What KEDA is told about a target: pure functions of a snapshot, no I/O and no awaits.
 
-Pure functions of a snapshot, next to :func:`router.scale.scaling.decide`: :func:`activeness` is the
-answer the external scaler gives (``IsActive``, ``StreamIsActive``, ``GetMetrics``);
-:func:`decide_keda` is ``decide`` for a ``mode: keda`` target, where warmgate never scales: a
-start only waits for the replica KEDA adds, and a drain only waits for KEDA to take it away.
-No I/O and no awaits here (docs/keda.md).
+:func:`activeness` is the answer the external scaler gives (``IsActive``, ``StreamIsActive``,
+``GetMetrics``); how the lifecycle runs a target whose replicas KEDA owns is
+:mod:`router.scale.keda_mode` (docs/keda.md).
 """
 
 from __future__ import annotations
@@ -12,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from router.config import Target
-from router.scale.scaling import SLACK, Act, Step, View, decide
+from backends.base import Backend, outside_autoscaler
+from router.scale.scaling import SLACK
 from router.scale.state import Phase, TargetState
 
 RECHECK_HELD = 1.0
@@ -85,49 +83,9 @@ def activeness(w: Wants) -> Activeness:
     return answer(False, f"idle for {now - w.idle_since:.0f}s")
 
 
-# -- mode: keda ---------------------------------------------------------------------------------
-
-
-def keda_owns_replicas(target: Target) -> bool:
-    """The target's backend says ``mode: keda``: KEDA scales it, warmgate is its scaler.
-
-    Read by name: ``mode`` belongs to the ``kubernetes`` backend's config (backends/specs.py);
-    every other backend kind is scaled by warmgate itself."""
-    return getattr(target.backend, "mode", "direct") == "keda"
-
-
-def target_concurrency(target: Target) -> float:
-    """Requests (in flight + held) per replica that KEDA's HPA aims for; the ``kubernetes``
-    backend's ``target_concurrency`` where it has one, else 1 (one render per GPU)."""
-    value = getattr(target.backend, "target_concurrency", None)  # kubernetes backends have it
-    return float(value) if isinstance(value, int | float) and value > 0 else 1.0
-
-
-def decide_keda(v: View) -> Step:
-    """:func:`router.scale.scaling.decide` for a target whose replicas KEDA owns.
-
-    The steps are the same; what the lifecycle does differs (it never calls the backend's
-    ``scale_up``/``scale_down``): ``START`` only publishes ``starting`` (the held request has
-    already made the scaler push ``active``), and a ``DRAIN`` ends in ``draining`` with the stop
-    committed, until KEDA has taken the replicas away. Two cases are KEDA's own:
-
-    - draining, stop committed, workload gone: KEDA scaled it to zero -> ``LOST`` (-> cold);
-    - draining, stop committed, a request held: the scaler said ``active`` again, so KEDA keeps
-      (or brings back) the replica -> ``ADOPT`` (-> starting, probed, ready).
-    """
-    state, obs = v.state, v.observation
-    if state.phase is Phase.DRAINING and state.stopping:
-        if obs.crashed or not obs.running:
-            return Step(Act.LOST, reason="KEDA scaled it to zero")
-        if v.held > 0:
-            return Step(Act.ADOPT, reason="a request arrived while KEDA was scaling it down")
-        if v.idle_since is None or v.idle_since + v.scaling.idle_after > v.now + SLACK:
-            # another warmgate replica was active meanwhile: the scaler says active again
-            return Step(Act.ADOPT, reason="active on another replica")
-        return Step(Act.WAIT)
-    step = decide(v)
-    if step.act is Act.FAIL and not (obs.crashed or obs.failure) and not obs.endpoints:
-        limit = v.scaling.cold_start_timeout
-        reason = f"KEDA added no ready replica within {limit:g}s (is the ScaledObject's trigger "
-        return Step(Act.FAIL, reason=reason + "an external-push to warmgate's scaler_listen?)")
-    return step
+def target_concurrency(backend: Backend) -> float:
+    """Requests (in flight + held) per replica that KEDA's HPA aims for: what the backend's
+    outside autoscaler says (the ``kubernetes`` backend in ``mode: keda``: its
+    ``target_concurrency``), else 1 (one render per GPU)."""
+    outside = outside_autoscaler(backend)
+    return outside.target_concurrency if outside is not None else 1.0
