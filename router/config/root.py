@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 
 from backends.specs import Frozen, ReplicasSpec
 from backends.units import Duration
+from router.config.admin import AdminSettings
 from router.config.api import ApiSettings, CloudSpec, ModelSpec, Policy
 from router.config.env import Environment
 from router.config.targets import Target
@@ -69,6 +70,8 @@ class Config(Frozen):
     clouds: Mapping[str, CloudSpec] = Field(default_factory=dict)
     policy: Policy = Policy()
     api: ApiSettings = ApiSettings()
+    admin: AdminSettings = AdminSettings()
+    """The admin listener's dashboard: who may act on it (``admin.token_file``)."""
     replicas: ReplicasSpec | None = None
     """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
     source: str = Field(default="<memory>", exclude=True)

@@ -4,17 +4,22 @@ JSON it is drawn from, the actions (wake, park, release) and the gauges the aler
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from aiohttp import web
 
 from router.cluster.replicas import Replicas
-from router.dashboard import stream
+from router.dashboard import page, stream
+from router.dashboard.actions import Actions, read_token
 from router.dashboard.events import EventBus
 from router.dashboard.gauges import add_gauges
 from router.dashboard.today import Today
 from router.dashboard.view import Sources
 from router.keys import CONFIG, METRICS, RUNTIMES
 from router.openai.api import OPENAI_API
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+"""The page's script and style: package data of ``router`` (pyproject's package-data)."""
 
 
 def add_dashboard(
@@ -23,6 +28,7 @@ def add_dashboard(
     """Wire the operator's view into the admin app (its CONFIG, METRICS and RUNTIMES set);
     the public app holds the OpenAI-compatible API when models are configured."""
     config, metrics, runtimes = admin[CONFIG], admin[METRICS], admin[RUNTIMES]
+    token = read_token(config)  # first: a missing token file stops the start with its error
     api = public.get(OPENAI_API)
     loop = asyncio.get_running_loop()
     add_gauges(metrics, runtimes, api.budget if api is not None else None)
@@ -38,7 +44,8 @@ def add_dashboard(
         bus.watch(name, runtime.cell)
     if replicas is not None:
         _watch_leadership(bus, replicas)
-    src = Sources(config, runtimes, today, bus, api, replicas)
+    actions = Actions(token, runtimes, bus)
+    src = Sources(config, runtimes, today, bus, api, replicas, actions.allowed)
     publisher = stream.Publisher(src)
     admin[stream.PUBLISHER] = publisher
     admin.cleanup_ctx.append(publisher.run)
@@ -47,8 +54,11 @@ def add_dashboard(
         publisher.close()
 
     admin.on_shutdown.append(end_streams)
+    admin.router.add_get("/", page.dashboard)
+    admin.router.add_static("/static/", STATIC)
     admin.router.add_get("/status", stream.status)
     admin.router.add_get("/events", stream.events)
+    admin.router.add_post("/targets/{name}/{action:wake|release|park}", actions.handle)
 
 
 def _watch_leadership(bus: EventBus, replicas: Replicas) -> None:

@@ -30,7 +30,7 @@ class Event:
     target: str | None
     kind: str
     """start, ready, drain, release, lost, failure, endpoints, starting (a replacement awaited),
-    an action (wake, release asked) or leader."""
+    an action ("wake asked", "release asked") or leader."""
     reason: str
     phase: str | None = None
     previous: str | None = None

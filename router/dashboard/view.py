@@ -9,7 +9,7 @@ and ``warmgate status`` show "-" and pick it up once it is there.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +129,16 @@ def _placement(spec: Placement) -> str:
     return f"cloud {spec.cloud}/{spec.model}"
 
 
+def _where(placement: str, placements: Sequence[Placement]) -> str:
+    """local, cloud or none (refused) for a decision's placement label."""
+    for p in placements:
+        if placement == p.target:
+            return "local"
+        if placement in (p.cloud, f"{p.cloud}/{p.model}"):
+            return "cloud"
+    return "none"
+
+
 def api(src: Sources, api: OpenAIApi) -> Json:
     budget = api.budget
     decisions = src.today.decisions_last_hour(src.loop_now())
@@ -147,7 +157,10 @@ def api(src: Sources, api: OpenAIApi) -> Json:
                 "kind": spec.kind,
                 "placements": [_placement(p) for p in spec.placements],
                 "clouds": sorted({p.cloud for p in spec.placements if p.cloud is not None}),
-                "decisions_last_hour": decisions.get(name, []),
+                "decisions_last_hour": [
+                    {**d, "where": _where(str(d["placement"]), spec.placements)}
+                    for d in decisions.get(name, [])
+                ],
                 "ttft": None,  # time to first token, local vs cloud, once it is measured
             }
             for name, spec in src.config.models.items()

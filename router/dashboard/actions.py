@@ -1,0 +1,163 @@
+"""The dashboard's actions: ``POST /targets/<name>/wake|release|park``.
+
+Allowed only with ``admin.token_file`` configured and its token given as ``Authorization: Bearer
+<token>`` (compared in constant time): without a token file they answer 403, with a missing or
+wrong token 401. Answers are JSON, errors in warmgate's shape ``{"error": {"code", "message",
+"target"}}``.
+
+- **wake**: the start a held request makes, without holding one (a cold target starts; a failed
+  one after its backoff).
+- **release**: the same release as idleness, now: the target is marked idle for ``idle_after``
+  and its lifecycle decides as always (it drains, asks the engine once more whether it is busy,
+  and stops; with several replicas, the leader once every replica is idle). Never work in
+  flight: a target with requests held or in flight, a stream with traffic or a busy engine is
+  not released (409).
+- **park**: 409 until targets have a parked tier.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from aiohttp import web
+
+from router.config import Config
+from router.dashboard.events import EventBus
+from router.errors import ConfigError
+from router.scale.state import Phase
+from router.scale.targets import TargetRuntime
+
+log = logging.getLogger("warmgate.dashboard")
+
+ACTIONS = ("wake", "release", "park")
+
+
+def read_token(config: Config) -> str | None:
+    """The admin token from ``admin.token_file`` (relative to the config file), or ``None``."""
+    name = config.admin.token_file
+    if name is None:
+        return None
+    path = Path(config.base_dir, name)
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(config.source, [("admin.token_file", f"{path}: {exc.strerror}")]) from exc
+    if not token or len(token.split()) != 1:
+        problem = f"{path}: expected one token (no spaces) on one line"
+        raise ConfigError(config.source, [("admin.token_file", problem)])
+    return token
+
+
+def _error(status: int, code: str, message: str, target: str | None = None) -> web.Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="warmgate admin"'} if status == 401 else None
+    body = {"error": {"code": code, "message": message, "target": target}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _busy(runtime: TargetRuntime) -> str | None:
+    """What keeps the target at work now (a release would cut it), or ``None``."""
+    activity, now = runtime.activity, runtime.loop.time()
+    window = runtime.spec.scaling.stream_activity_window
+    if activity.held:
+        return f"{activity.held} requests are held for it"
+    if activity.in_flight:
+        return f"{activity.in_flight} requests are in flight"
+    if activity.last_frame + window > now:
+        return "a stream carried traffic within stream_activity_window"
+    if activity.busy_until > now:
+        return "its engine reports work in its queue"
+    return None
+
+
+def _mark_idle(runtime: TargetRuntime) -> None:
+    """Idle for ``idle_after`` as of now (nothing active is touched: see :func:`_busy`)."""
+    activity, now = runtime.activity, runtime.loop.time()
+    scaling = runtime.spec.scaling
+    idle_from = now - scaling.idle_after
+    activity.last_request = min(activity.last_request, idle_from)
+    activity.last_frame = min(activity.last_frame, idle_from - scaling.stream_activity_window)
+    activity.busy_until = min(activity.busy_until, idle_from)
+    runtime.wake.set()
+
+
+class Actions:
+    def __init__(
+        self, token: str | None, runtimes: Mapping[str, TargetRuntime], bus: EventBus
+    ) -> None:
+        self.token = token
+        self.runtimes = runtimes
+        self.bus = bus
+
+    @property
+    def allowed(self) -> bool:
+        return self.token is not None
+
+    def _refused(self, request: web.Request) -> web.Response | None:
+        if self.token is None:
+            message = "actions are off: warmgate's config has no admin.token_file (read-only)"
+            return _error(403, "actions_off", message)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return _error(401, "unauthorized", "the admin token is needed (Authorization: Bearer)")
+        if not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            return _error(401, "unauthorized", "the admin token is wrong")
+        return None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        name, action = request.match_info["name"], request.match_info["action"]
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        runtime = self.runtimes.get(name)
+        if runtime is None:
+            return _error(404, "unknown_target", f"no target named {name!r}", name)
+        if action == "park":
+            return _error(409, "not_available", "parking is not available for this target", name)
+        if runtime.backend.always_on:
+            return _error(409, "always_on", f"{name} is always on: nothing to {action}", name)
+        result = self.wake(runtime) if action == "wake" else self.release(runtime)
+        if isinstance(result, web.Response):
+            return result
+        status, text = result
+        log.info("%s: %s asked from the dashboard (%s)", name, action, text)
+        if status == 202:
+            self.bus.add(name, f"{action} asked", f"from the dashboard: {text}")
+        phase = runtime.state.phase.value
+        return web.json_response(
+            {"target": name, "action": action, "result": text, "phase": phase}, status=status
+        )
+
+    def wake(self, runtime: TargetRuntime) -> tuple[int, str] | web.Response:
+        state = runtime.state
+        if state.phase is Phase.READY:
+            return 200, "already ready"
+        if state.phase is Phase.STARTING:
+            return 200, "already starting"
+        runtime.request_start()
+        wait = state.retry_at - runtime.loop.time()
+        if state.phase is Phase.FAILED and wait > 0:
+            return 202, f"starts after its backoff, in {math.ceil(wait)}s"
+        if state.phase is Phase.DRAINING:
+            return 202, "starts again once the release is done"
+        return 202, "starting"
+
+    def release(self, runtime: TargetRuntime) -> tuple[int, str] | web.Response:
+        state, name = runtime.state, runtime.name
+        if state.phase is Phase.DRAINING:
+            return 200, "already releasing"
+        if state.phase is not Phase.READY:
+            message = f"{name} is {state.phase.value}: only a ready target is released"
+            return _error(409, "not_ready", message, name)
+        busy = _busy(runtime)
+        if busy is not None:
+            message = (
+                f"not released: {busy}; a release never cuts work in flight "
+                "(it is released once idle for idle_after)"
+            )
+            return _error(409, "busy", message, name)
+        _mark_idle(runtime)
+        return 202, "released as idle: it drains and stops now"

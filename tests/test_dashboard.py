@@ -1,0 +1,207 @@
+"""The dashboard on the admin listener over HTTP: the page rendered on the server (it reads the
+same with JavaScript off), its assets, ``GET /events``, and the actions with and without the admin
+token. tests/test_dashboard_browser.py drives the page itself in Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from router.config import parse_config
+from router.errors import ConfigError
+from router.server import Server
+from tests.helpers import ROOT, wait_until, warmgate
+
+TOKEN = "a-long-admin-token-9f2c"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def sleepy(load: float = 0.3, idle_after: str = "10m") -> dict[str, Any]:
+    return {
+        "routes": [{"path_prefix": "/"}],
+        "backend": {
+            "kind": "process",
+            "command": [
+                *("python", "-m", "tests.sleepy_engine", "--port", "{port}"),
+                *("--load", str(load)),
+            ],
+            "cwd": str(ROOT),
+            "stop_grace": "2s",
+        },
+        "readiness": {"path": "/readyz", "interval": "50ms"},
+        "scaling": {"idle_after": idle_after},
+    }
+
+
+def config(token_file: str | None = None, **target: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "127.0.0.1:0",
+        "server": {"access_log": False},
+        "targets": {
+            "sleepy": sleepy(**target),
+            "always": {
+                "routes": [{"path_prefix": "/always"}],
+                "backend": {"kind": "static", "url": "http://127.0.0.1:9"},
+            },
+        },
+    }
+    if token_file is not None:
+        data["admin"] = {"token_file": token_file}
+    return data
+
+
+@pytest.fixture
+def token_dir(tmp_path: Path) -> str:
+    (tmp_path / "admin-token").write_text(TOKEN + "\n")
+    return str(tmp_path)
+
+
+async def sse(session: aiohttp.ClientSession, url: str) -> AsyncIterator[tuple[str, Any]]:
+    async with session.get(url) as response:
+        assert response.headers["Content-Type"] == "text/event-stream"
+        kind = ""
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                yield kind, json.loads(line[6:])
+
+
+async def test_the_page_renders_the_state_on_the_server() -> None:
+    async with warmgate(config()) as wg, aiohttp.ClientSession() as session:
+        async with session.get(wg.admin + "/") as response:
+            assert response.status == 200
+            assert response.headers["Cache-Control"] == "no-store"
+            page = await response.text()
+        assert '<article class="card target" id="target-sleepy" data-phase="cold">' in page
+        assert 'id="target-always" data-phase="ready"' in page
+        assert "Read-only: actions need admin.token_file" in page
+        assert 'data-action="wake" data-target="sleepy" disabled' in page
+        assert '<meta http-equiv="refresh"' in page, "with JavaScript off it reloads itself"
+        assert "cdn" not in page.lower() and "https://" not in page
+        for asset, kind in (("dashboard.js", "javascript"), ("dashboard.css", "text/css")):
+            async with session.get(f"{wg.admin}/static/{asset}") as response:
+                assert response.status == 200 and kind in response.headers["Content-Type"]
+        async with session.get(wg.admin + "/?fragment=1") as response:
+            fragment = await response.text()
+        assert fragment.startswith('<section id="targets">') and "<html" not in fragment
+
+
+async def test_events_stream_the_view_and_each_change() -> None:
+    async with warmgate(config(load=0.3, idle_after="1s")) as wg, aiohttp.ClientSession() as s:
+        seen: list[tuple[str, Any]] = []
+
+        async def follow() -> None:
+            async for message in sse(s, wg.admin + "/events"):
+                seen.append(message)
+
+        task = asyncio.create_task(follow())
+        try:
+            await wait_until(lambda: len(seen) >= 2)
+            assert seen[0] == ("events", [])
+            kind, first = seen[1]
+            assert kind == "snapshot" and first["targets"]["sleepy"]["phase"] == "cold"
+            async with s.get(wg.url + "/hello") as response:
+                assert response.status == 200
+            changes = lambda: [m["kind"] for k, m in seen if k == "change"]  # noqa: E731
+            await wait_until(lambda: changes()[:2] == ["start", "ready"])
+            await wait_until(lambda: changes()[2:] == ["drain", "release"], timeout=10)
+            last = [m for k, m in seen if k == "snapshot"][-1]
+            sleepy_view = last["targets"]["sleepy"]
+            assert sleepy_view["phase"] == "cold" and sleepy_view["reason"].startswith("idle for")
+            assert sleepy_view["gpu_seconds_today"]["idle"] >= 1
+            assert [s["outcome"] for s in sleepy_view["cold_starts_today"]] == ["ready"]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        async with s.get(wg.admin + "/status") as response:
+            view = await response.json()
+        assert [e["kind"] for e in view["events"]] == ["release", "drain", "ready", "start"]
+
+
+async def test_the_streams_end_when_warmgate_stops() -> None:
+    async with warmgate(config()) as wg, aiohttp.ClientSession() as session:
+        response = await session.get(wg.admin + "/events")
+        await response.content.readuntil(b"\n\n")
+        server = wg.server
+        await asyncio.wait_for(server.stop(), timeout=5)
+        await asyncio.wait_for(response.read(), timeout=5)
+        response.release()
+
+
+async def test_actions_are_refused_without_a_token_file() -> None:
+    async with warmgate(config()) as wg, aiohttp.ClientSession() as session:
+        async with session.post(wg.admin + "/targets/sleepy/wake", headers=AUTH) as response:
+            assert response.status == 403
+            error = (await response.json())["error"]
+        assert error["code"] == "actions_off" and "admin.token_file" in error["message"]
+        assert wg.runtime("sleepy").state.phase.value == "cold"
+
+
+async def test_actions_with_the_token(token_dir: str) -> None:
+    data = config("admin-token", load=0.3)
+    async with warmgate(data, token_dir) as wg, aiohttp.ClientSession() as session:
+
+        async def post(path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+            async with session.post(wg.admin + path, headers=headers) as response:
+                return response.status, await response.json()
+
+        status, body = await post("/targets/sleepy/wake")
+        assert status == 401 and body["error"]["message"] == "the admin token is needed " \
+            "(Authorization: Bearer)"  # fmt: skip
+        status, body = await post("/targets/sleepy/wake", {"Authorization": "Bearer nope"})
+        assert status == 401 and body["error"]["message"] == "the admin token is wrong"
+        assert (await post("/targets/nope/wake", AUTH))[0] == 404
+        status, body = await post("/targets/sleepy/park", AUTH)
+        assert (status, body["error"]["message"]) == (
+            409,
+            "parking is not available for this target",
+        )
+        assert (await post("/targets/always/release", AUTH))[0] == 409
+        assert (await post("/targets/sleepy/release", AUTH))[0] == 409, "cold"
+
+        # wake: the start a held request makes, without one.
+        status, body = await post("/targets/sleepy/wake", AUTH)
+        assert status == 202 and body["result"] == "starting"
+        runtime = wg.runtime("sleepy")
+        await wait_until(lambda: runtime.state.phase.value == "ready")
+
+        # release never cuts work in flight ...
+        slow = asyncio.create_task(session.get(wg.url + "/slow?s=1"))
+        await wait_until(lambda: runtime.activity.in_flight == 1)
+        status, body = await post("/targets/sleepy/release", AUTH)
+        assert status == 409 and "1 requests are in flight" in body["error"]["message"]
+        response = await slow
+        assert response.status == 200 and await response.text() == "slow done"
+        response.release()
+        # ... and once idle, it is the release of idleness, at once.
+        status, body = await post("/targets/sleepy/release", AUTH)
+        assert status == 202
+        await wait_until(lambda: runtime.state.phase.value == "cold")
+        assert runtime.state.reason.startswith("idle for")
+
+        async with session.get(wg.admin + "/status") as response:
+            view = await response.json()
+        kinds = [e["kind"] for e in view["events"]]
+        assert kinds[:3] == ["release", "drain", "release asked"] and "wake asked" in kinds
+        assert view["actions"] is True
+
+
+async def test_a_token_file_that_cannot_be_read_stops_the_start(tmp_path: Path) -> None:
+    for content in (None, "", "two words\n"):
+        path = tmp_path / "token"
+        path.unlink(missing_ok=True)
+        if content is not None:
+            path.write_text(content)
+        server = Server(parse_config(config("token"), "warmgate.yaml", str(tmp_path)))
+        with pytest.raises(ConfigError, match=r"warmgate.yaml: admin.token_file: .*token"):
+            await server.start()
+        await server.stop()
