@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml setup.py router/cluster/keda_proto/externalscaler.proto
 
 demo: install
 	$(BIN)/warmgate check --config $(CONFIG)
-	@echo "\n  open http://127.0.0.1:8080/  (metrics: http://127.0.0.1:9090/metrics, targets: http://127.0.0.1:9090/targets)\n"
+	@echo "\n  open http://127.0.0.1:8080/  (dashboard: http://127.0.0.1:9090/, metrics: http://127.0.0.1:9090/metrics)\n"
 	$(BIN)/warmgate serve --config $(CONFIG)
 
 test: install chromium promtool kube-bins

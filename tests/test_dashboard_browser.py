@@ -1,0 +1,168 @@
+"""The dashboard in a real headless Chromium (Debian's, through Playwright, as the waiting page's
+test runs it): it follows a cold start and the idle release without a reload, the wake action
+works with the admin token and is refused without it, and a screenshot of two targets and one
+model is written under the test's output (``WARMGATE_DASHBOARD_PNG=docs/dashboard.png`` also
+writes it there, for the README)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import ROOT, serve_app, warmgate
+from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES, process_target
+from tests.test_dashboard import TOKEN, config, sleepy
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (make test installs Debian's chromium)"
+)
+
+
+@asynccontextmanager
+async def chromium(width: int = 1280, height: int = 900) -> AsyncIterator[Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        try:
+            yield await browser.new_page(viewport={"width": width, "height": height})
+        finally:
+            await browser.close()
+
+
+def card(name: str, phase: str) -> str:
+    return f'#target-{name}[data-phase="{phase}"]'
+
+
+async def test_the_dashboard_follows_a_cold_start_and_the_idle_release() -> None:
+    data = config(load=1.0, idle_after="2s")
+    async with warmgate(data) as wg, chromium() as page, aiohttp.ClientSession() as session:
+        await page.goto(wg.admin + "/")
+        await page.wait_for_selector(card("sleepy", "cold"))
+        await page.wait_for_selector("#live.on")  # following GET /events
+        await page.evaluate("window.notReloaded = true")
+
+        request = asyncio.create_task(session.get(wg.url + "/hello"))
+        await page.wait_for_selector(card("sleepy", "starting"), timeout=5_000)
+        await page.wait_for_selector(card("sleepy", "ready"), timeout=15_000)
+        response = await request
+        assert response.status == 200
+        response.release()
+        # Idle for idle_after: released; the GPU-seconds it was held for are shown.
+        await page.wait_for_selector(card("sleepy", "cold"), timeout=15_000)
+        idle = await page.locator("#target-sleepy .gpu-idle").text_content()
+        assert idle is not None and int(idle) >= 1
+        assert await page.evaluate("window.notReloaded") is True, "updated without a reload"
+        kinds = await page.locator("ol.events li").evaluate_all(
+            "items => items.map(item => item.className)"
+        )
+        assert kinds[:4] == ["ev release", "ev drain", "ev ready", "ev start"], "newest first"
+
+
+async def test_wake_with_the_token_and_refused_without(tmp_path: Path) -> None:
+    (tmp_path / "admin-token").write_text(TOKEN + "\n")
+    data = config("admin-token", load=0.3)
+    async with warmgate(data, str(tmp_path)) as wg, chromium() as page:
+        await page.goto(wg.admin + "/")
+        await page.wait_for_selector("#live.on")
+        assert await page.locator("#token-form").is_visible(), "the page asks for the token"
+        # Without the token: refused, and the page says why.
+        await page.click('#target-sleepy button[data-action="wake"]')
+        await page.wait_for_selector("#notice.error")
+        notice = await page.locator("#notice").text_content()
+        assert notice == (
+            "wake sleepy refused (401): the admin token is needed (Authorization: Bearer)"
+        )
+        assert wg.runtime("sleepy").state.phase.value == "cold"
+        # A wrong token: refused too.
+        await page.fill("#token", "not-the-token")
+        await page.click("#token-form button")
+        await page.wait_for_function(
+            "document.getElementById('notice').textContent.includes('wrong')"
+        )
+        # The token: kept for the session, the wake goes through and the target starts.
+        await page.fill("#token", TOKEN)
+        await page.click("#token-form button")
+        await page.wait_for_selector("#notice.ok")
+        assert await page.locator("#notice").text_content() == "wake sleepy: starting"
+        await page.wait_for_selector(card("sleepy", "ready"), timeout=15_000)
+        assert await page.evaluate("sessionStorage.getItem('warmgate-admin-token')") == TOKEN
+        # Once given, it is used without asking again.
+        await page.click('#target-sleepy button[data-action="park"]')
+        await page.wait_for_function(
+            "document.getElementById('notice').textContent.includes('parking is not available')"
+        )
+        assert not await page.locator("#token-form").is_visible()
+
+
+async def test_a_screenshot_of_two_targets_and_one_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, CLOUD_KEY)
+    cloud = FakeOpenAI(api_key=CLOUD_KEY, name="cloud")
+    (tmp_path / "admin-token").write_text(TOKEN + "\n")
+    async with serve_app(cloud.app()) as cloud_url:
+        data = config("admin-token", load=0.5)
+        data["targets"] = {
+            "comfyui": {**sleepy(load=0.5), "routes": [{"path_prefix": "/"}]},
+            "vllm-qwen": process_target(startup_delay=0.5),
+        }
+        data["models"] = {
+            "qwen3-8b": {
+                "placements": [
+                    {"target": "vllm-qwen"},
+                    {"cloud": "managed", "model": "frontier-large", "cost": PRICES},
+                ]
+            }
+        }
+        data["clouds"] = {"managed": {"base_url": cloud_url + "/v1", "api_key_env": KEY_ENV}}
+        data["policy"] = {"daily_cloud_budget_usd": 25, "max_wait": "0s", "warm_on_cloud": True}
+        async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as session:
+            chat = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}
+            for _ in range(3):  # cold: to the cloud, warming the local target meanwhile
+                async with session.post(wg.url + "/v1/chat/completions", json=chat) as r:
+                    assert r.status == 200
+            for _ in range(40):
+                if wg.runtime("vllm-qwen").state.phase.value == "ready":
+                    break
+                await asyncio.sleep(0.2)
+            for _ in range(5):
+                async with session.post(wg.url + "/v1/chat/completions", json=chat) as r:
+                    assert r.status == 200
+            async with session.get(wg.url + "/") as r:  # comfyui cold-starts for its page
+                assert r.status == 200
+            async with chromium(1280, 1000) as page:
+                await page.goto(wg.admin + "/")
+                await page.wait_for_selector("#live.on")
+                await page.wait_for_selector(card("comfyui", "ready"))
+                await page.wait_for_selector("#model-qwen3-8b ul.bars li")
+                out = tmp_path / "dashboard.png"
+                await page.screenshot(path=str(out), full_page=True)
+                assert out.stat().st_size > 10_000
+                copy = os.environ.get("WARMGATE_DASHBOARD_PNG")
+                if copy:
+                    shutil.copyfile(out, ROOT / copy)
+                bars = page.locator("#model-qwen3-8b ul.bars li")
+                wheres = await bars.evaluate_all("items => items.map(item => item.className)")
+                assert sorted(wheres) == ["cloud", "local"]
