@@ -17,6 +17,7 @@ from router.config import parse_config
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate
+from tests.test_replicas_budget import table  # noqa: F401 - a fixture
 
 TOKEN = "a-long-admin-token-9f2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -205,3 +206,45 @@ async def test_a_token_file_that_cannot_be_read_stops_the_start(tmp_path: Path) 
         with pytest.raises(ConfigError, match=r"warmgate.yaml: admin.token_file: .*token"):
             await server.start()
         await server.stop()
+
+
+async def test_replicas_show_each_replica_the_leader_and_when_it_was_last_heard(
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    def replica(name: str) -> dict[str, Any]:
+        data = config()
+        data["replicas"] = {
+            "namespace": "warmgate",
+            "service": "warmgate-peers",
+            "identity": name,
+            "poll_interval": "100ms",
+        }
+        return data
+
+    async with (
+        warmgate(replica("warmgate-0")) as a,
+        warmgate(replica("warmgate-1")) as b,
+        aiohttp.ClientSession() as session,
+    ):
+        table.update({"warmgate-0": a.admin, "warmgate-1": b.admin})
+
+        async def view(admin: str) -> Any:
+            async with session.get(admin + "/status") as response:
+                return (await response.json())["replicas"]
+
+        async with asyncio.timeout(10):  # until each has read the other
+            while True:
+                on_a, on_b = await view(a.admin), await view(b.admin)
+                if on_b["peers"] and on_a["peers"] and on_a["peers"][0]["reachable"]:
+                    break
+                await asyncio.sleep(0.05)
+        assert (on_a["self"], on_a["leading"]) == ("warmgate-0", True)
+        assert (on_b["self"], on_b["leading"]) == ("warmgate-1", False)
+        (peer,) = on_a["peers"]
+        assert peer["name"] == "warmgate-1" and peer["reachable"] is True
+        assert peer["heard_at"] is not None
+        async with session.get(a.admin + "/") as response:
+            page = await response.text()
+        assert '<section id="replicas">' in page
+        assert "<td>warmgate-0 (this one)</td><td>leader</td>" in page
+        assert "<td>warmgate-1</td>" in page
