@@ -3,7 +3,7 @@
 ``api``: the narrow interface (and its errors) the backend speaks; ``client``: that interface
 over ``kubernetes_asyncio`` and how credentials are found; ``informer``: list + watch + resume;
 ``observe``: pure readings of the watched objects; ``backend``: the Backend itself;
-``membership``: the other warmgate replicas and the leader Lease.
+``membership``: the other warmgate replicas; ``lease``: the leader Lease.
 """
 
 from backends.kubernetes.backend import KubernetesBackend

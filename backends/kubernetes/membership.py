@@ -2,13 +2,8 @@
 
 The others are the endpoints of warmgate's own headless Service, kept by an informer on its
 EndpointSlices (listed ready or not: a replica that is starting or draining still counts).
-Leadership is a ``coordination.k8s.io/v1`` Lease, taken and renewed the way client-go's leader
-election does it: a Lease whose holder has not renewed for ``leaseDurationSeconds`` (measured
-on this replica's own clock, from when it last saw the record change, so clocks of different
-nodes never need to agree) may be taken with a conditional update; of two replicas that try at
-once, one gets a 409 Conflict. A leader counts itself leading only until a margin before its
-Lease could expire, so two replicas never both believe they lead; ``confirm`` renews right
-before an irreversible step.
+Leadership is a ``coordination.k8s.io/v1`` Lease (``backends.kubernetes.lease``), renewed here
+every ``renew_interval``; ``confirm`` renews right before an irreversible step.
 """
 
 from __future__ import annotations
@@ -17,20 +12,11 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import math
 import socket
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
 from backends.base import BackendError, Peer
-from backends.kubernetes.api import (
-    LEASES,
-    Conflict,
-    Json,
-    KubeApi,
-    KubeError,
-    NotFound,
-)
+from backends.kubernetes.api import Json, KubeApi, KubeError
 from backends.kubernetes.informer import (
     DEFAULT_BACKOFF,
     WATCH_TIMEOUT,
@@ -38,6 +24,7 @@ from backends.kubernetes.informer import (
     Informer,
     service_slices,
 )
+from backends.kubernetes.lease import LeaseElection
 from backends.specs import ReplicasSpec
 
 log = logging.getLogger("warmgate.replicas")
@@ -95,11 +82,6 @@ def peers_from_slices(
     return tuple(found[n] for n in sorted(found)), problems
 
 
-def _micro_time(at: dt.datetime) -> str:
-    """A Lease's MicroTime: RFC 3339 with microseconds, UTC."""
-    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class KubernetesMembership:
     def __init__(
         self,
@@ -120,7 +102,7 @@ class KubernetesMembership:
         self._backoff = backoff
         self._watch_timeout = watch_timeout
         self._open_timeout = open_timeout
-        self._wall = wall_clock
+        self._lease = LeaseElection(spec, self._identity, wall_clock)
         self._api: KubeApi | None = None
         self._slices: Informer | None = None
         self._on_change: Callable[[], None] = lambda: None
@@ -129,13 +111,6 @@ class KubernetesMembership:
         self._lease_problem: str | None = "the leader Lease has not been read yet"
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
-        self._valid_until = float("-inf")
-        """Loop time until which this replica may count itself the leader."""
-        self._seen: tuple[Any, Any] | None = None
-        """(holder, renewTime) of the Lease as last read; a change restarts its expiry."""
-        self._seen_at = 0.0
-        self.holder: str | None = None
-        """Who holds the Lease, as last read."""
         self._was_leading = False
 
     # -- the protocol ---------------------------------------------------------------------
@@ -148,7 +123,12 @@ class KubernetesMembership:
         return self._peers
 
     def leading(self) -> bool:
-        return asyncio.get_running_loop().time() < self._valid_until
+        return self._lease.leading()
+
+    @property
+    def holder(self) -> str | None:
+        """Who holds the Lease, as last read."""
+        return self._lease.holder
 
     def problems(self) -> list[str]:
         problems = list(self._slice_problems)
@@ -224,7 +204,7 @@ class KubernetesMembership:
         if self.leading():
             with contextlib.suppress(KubeError, TimeoutError):
                 async with asyncio.timeout(2.0):
-                    await self._release()
+                    await self._lease.release(self._api)
         await self._api.close()
         self._api = None
 
@@ -242,7 +222,7 @@ class KubernetesMembership:
 
     # -- the Lease ------------------------------------------------------------------------
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro, name="replicas")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -256,7 +236,8 @@ class KubernetesMembership:
     async def _elect_once(self) -> None:
         async with self._lock:
             try:
-                await self._try_acquire_or_renew()
+                assert self._api is not None
+                await self._lease.try_acquire_or_renew(self._api)
                 self._lease_problem = None
             except KubeError as exc:
                 problem = f"leader Lease {self.spec.namespace}/{self.spec.lease}: {exc.message}"
@@ -277,81 +258,3 @@ class KubernetesMembership:
                 self.spec.lease,
             )
             self._on_change()
-
-    def _record(self, lease: Json) -> None:
-        """Remember the Lease as read; its expiry runs from when its record last changed."""
-        spec = lease.get("spec") or {}
-        seen = (spec.get("holderIdentity"), spec.get("renewTime"))
-        if seen != self._seen:
-            self._seen, self._seen_at = seen, asyncio.get_running_loop().time()
-        self.holder = spec.get("holderIdentity") or None
-
-    def _lease_body(self, old: Json | None) -> Json:
-        now = _micro_time(self._wall())
-        spec = (old or {}).get("spec") or {}
-        held = spec.get("holderIdentity") == self._identity
-        transitions = int(spec.get("leaseTransitions") or 0)
-        metadata = dict((old or {}).get("metadata") or {"name": self.spec.lease})
-        return {
-            "apiVersion": LEASES.api_version,
-            "kind": "Lease",
-            "metadata": metadata,  # with its resourceVersion: the update is conditional
-            "spec": {
-                "holderIdentity": self._identity,
-                "leaseDurationSeconds": max(1, math.ceil(self.spec.lease_duration)),
-                "acquireTime": spec.get("acquireTime") if held else now,
-                "renewTime": now,
-                "leaseTransitions": transitions if held or old is None else transitions + 1,
-            },
-        }
-
-    async def _try_acquire_or_renew(self) -> None:
-        api, spec = self._api, self.spec
-        assert api is not None
-        loop = asyncio.get_running_loop()
-        try:
-            lease = await api.get(LEASES, spec.namespace, spec.lease)
-        except NotFound:
-            sent_at = loop.time()
-            try:
-                stored = await api.create(LEASES, spec.namespace, self._lease_body(None))
-            except Conflict:  # another replica created it first: look again next round
-                return
-            self._won(stored, sent_at)
-            return
-        self._record(lease)
-        lease_spec = lease.get("spec") or {}
-        holder = lease_spec.get("holderIdentity")
-        duration = float(lease_spec.get("leaseDurationSeconds") or spec.lease_duration)
-        if holder and holder != self._identity and loop.time() < self._seen_at + duration:
-            self._valid_until = float("-inf")  # held by another, not expired
-            return
-        sent_at = loop.time()
-        try:
-            stored = await api.replace(LEASES, spec.namespace, self._lease_body(lease))
-        except Conflict:  # someone else renewed or took it in between
-            self._valid_until = float("-inf")
-            return
-        if holder and holder != self._identity:
-            log.info("replica %s takes the Lease from %s (expired)", self._identity, holder)
-        self._won(stored, sent_at)
-
-    def _won(self, stored: Json, sent_at: float) -> None:
-        self._record(stored)
-        # Another replica can take the Lease no sooner than lease_duration after it saw this
-        # renewal, which is after it was sent; half a renewal interval is kept as margin.
-        self._valid_until = sent_at + self.spec.lease_duration - self.spec.renew_interval / 2
-
-    async def _release(self) -> None:
-        """Hand over at once (client-go's ReleaseOnCancel): no holder, a 1 s duration."""
-        api, spec = self._api, self.spec
-        assert api is not None
-        lease = await api.get(LEASES, spec.namespace, spec.lease)
-        if (lease.get("spec") or {}).get("holderIdentity") != self._identity:
-            return
-        body = self._lease_body(lease)
-        body["spec"] = {**body["spec"], "holderIdentity": None, "leaseDurationSeconds": 1}
-        with contextlib.suppress(Conflict):
-            await api.replace(LEASES, spec.namespace, body)
-            log.info("replica %s released the leadership", self._identity)
-        self._valid_until = float("-inf")
