@@ -1,5 +1,7 @@
-"""warmgate's own HTTP/1.1 client for forwarded exchanges: keep-alive connections per target on
-asyncio Protocols; one request at a time on each (router.http.h1.exchange).
+"""warmgate's own HTTP/1.1 client for forwarded exchanges: keep-alive connections per target
+(router.http.h1.connection), one exchange at a time on each (router.http.h1.exchange), its
+response framed sans-IO (router.http.h1.framer). This module puts them together: the pool,
+its limit, idle connections and response-head deadlines.
 
 Why not ``aiohttp.ClientSession`` on this path: per exchange it cost ~230 us of CPU and ~8 KB per
 request in flight on the benchmark machine (request, response, connection and timer objects);
@@ -13,20 +15,21 @@ import asyncio
 import collections
 import ssl
 from collections.abc import AsyncIterable, Awaitable
-from dataclasses import dataclass
 from typing import Any, Final, cast
 
 import aiohttp
-from yarl import URL
 
-from router.http.h1.exchange import (
+from router.http.h1.connection import Connection
+from router.http.h1.deadlines import HeadDeadlines
+from router.http.h1.endpoint import Endpoint, endpoint
+from router.http.h1.errors import (
     ConnectFailed,
     ConnectionBroken,
     ConnectTimedOut,
-    Exchange,
     HeadTimedOut,
     UpstreamFailure,
 )
+from router.http.h1.exchange import Exchange
 
 __all__ = [
     "ConnectFailed",
@@ -52,156 +55,6 @@ HEAD_READ_SIZE: Final = 16 * 1024
 in the socket until the client's response is ready for it, instead of being copied aside."""
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where one base URL (``http://host:port[/prefix]``) sends its requests."""
-
-    key: str
-    host: str
-    port: int
-    tls: bool
-    prefix: str
-    """Path of the base URL, prepended to every request target ("" for none)."""
-    host_header: bytes
-    """Sent as ``Host`` when the client sent none."""
-
-
-_ENDPOINTS: dict[str, Endpoint] = {}
-
-
-def endpoint(base: str) -> Endpoint:
-    """The endpoint of a base URL (parsed once; a base is a backend's URL or a pod address)."""
-    found = _ENDPOINTS.get(base)
-    if found is not None:
-        return found
-    url = URL(base)
-    if url.scheme not in ("http", "https") or not url.host or url.user or url.query_string:
-        raise ValueError(f"cannot forward to {base!r}: expected http(s)://host[:port][/path]")
-    authority, slash, path = base.split("://", 1)[1].partition("/")
-    found = Endpoint(
-        key=base,
-        host=url.host,
-        port=url.port or (443 if url.scheme == "https" else 80),
-        tls=url.scheme == "https",
-        prefix=slash + path,
-        host_header=authority.encode(),
-    )
-    if len(_ENDPOINTS) >= 4096:  # pod addresses come and go; never grow without bound
-        _ENDPOINTS.clear()
-    _ENDPOINTS[base] = found
-    return found
-
-
-class _Connection(asyncio.BufferedProtocol):
-    """One upstream TCP connection; carries at most one exchange at a time.
-
-    Reads land in the pool's shared buffer and are consumed before ``buffer_updated`` returns:
-    a plain body goes from there straight into the client's socket, so the common case copies
-    nothing in user space (see :meth:`Exchange._received`)."""
-
-    __slots__ = (
-        "_drain",
-        "_loop",
-        "_on_lost",
-        "_write_paused",
-        "ep",
-        "exchange",
-        "idle_since",
-        "lost",
-        "paused",
-        "pool",
-        "transport",
-        "used",
-    )
-
-    def __init__(self, pool: UpstreamPool, ep: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
-        self.pool = pool
-        self.ep = ep
-        self._loop = loop
-        self.transport: asyncio.Transport = cast(asyncio.Transport, None)
-        self.exchange: Exchange | None = None
-        self.lost = False
-        self.used = 0
-        self.idle_since = 0.0
-        self.paused = False
-        self._write_paused = False
-        self._drain: asyncio.Future[None] | None = None
-        self._on_lost: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        exchange = self.exchange
-        if exchange is not None and exchange.status:
-            return self.pool.read_view
-        return self.pool.head_view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        exchange = self.exchange
-        if exchange is not None:
-            exchange._received(self.pool, 0, nbytes)
-        else:  # an idle connection must be silent: whatever this is, it is not ours to read
-            self.transport.close()
-
-    def eof_received(self) -> bool:
-        exchange = self.exchange
-        if exchange is not None:
-            exchange._feed_eof()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        exchange, self.exchange = self.exchange, None
-        if exchange is not None:
-            exchange._lost()
-        drain, self._drain = self._drain, None
-        if drain is not None and not drain.done():
-            drain.set_result(None)
-        self.pool._forget(self)
-        if self._on_lost is not None and not self._on_lost.done():
-            self._on_lost.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        drain, self._drain = self._drain, None
-        if drain is not None and not drain.done():
-            drain.set_result(None)
-
-    async def drain(self) -> None:
-        while self._write_paused and not self.lost:
-            self._drain = self._loop.create_future()
-            await self._drain
-        if self.lost:
-            raise ConnectionBroken("the upstream closed the connection")
-
-    def pause_reading(self) -> None:
-        if not self.paused and not self.lost:
-            self.paused = True
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.paused and not self.lost:
-            self.paused = False
-            self.transport.resume_reading()
-
-    def close(self) -> None:
-        if not self.lost and self.transport is not None:
-            self.transport.close()
-
-    def closed(self) -> Awaitable[None] | None:
-        """Close; returns what to await until the connection is gone (None: gone already)."""
-        if self.lost or self.transport is None:  # gone, or still connecting (cancelled then)
-            return None
-        if self._on_lost is None:
-            self._on_lost = self._loop.create_future()
-        self.transport.close()
-        return self._on_lost
-
-
 class UpstreamPool:
     """Keep-alive connections of one target to its endpoints, at most ``limit`` (0: no limit)."""
 
@@ -209,15 +62,12 @@ class UpstreamPool:
         self.limit = limit
         self.keepalive_timeout = keepalive_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._idle: dict[str, collections.deque[_Connection]] = {}
-        self._all: set[_Connection] = set()
+        self._idle: dict[str, collections.deque[Connection]] = {}
+        self._all: set[Connection] = set()
         """Every connection open or opening; its size is what ``limit`` bounds."""
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._sweep: asyncio.TimerHandle | None = None
-        self._heads: dict[float, dict[Exchange, float]] = {}
-        """Exchanges waiting for a response head, per timeout, in deadline order."""
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._head_timer_at = 0.0
+        self._deadlines = HeadDeadlines()
         self._tls: ssl.SSLContext | None = None
         self._closed = False
         self.renew_read_buffer()
@@ -250,11 +100,10 @@ class UpstreamPool:
         conn = await self._checkout(ep, connect_timeout)
         exchange = Exchange(conn, head_only)
         exchange.replayable = conn.used > 0 and (body is None or isinstance(body, bytes))
-        conn.used += 1
-        conn.exchange = exchange
-        exchange._send(conn.transport, head, body, chunked)
+        conn.carry(exchange)
+        exchange.send(head, body, chunked)
         if head_timeout is not None:
-            self._watch(exchange, head_timeout)
+            exchange.watch = self._deadlines.watch(exchange, head_timeout, conn.loop)
         return exchange
 
     async def request(
@@ -303,7 +152,7 @@ class UpstreamPool:
 
     # -- connections ---------------------------------------------------------------------------
 
-    async def _checkout(self, ep: Endpoint, connect_timeout: float | None) -> _Connection:
+    async def _checkout(self, ep: Endpoint, connect_timeout: float | None) -> Connection:
         while True:
             idle = self._idle.get(ep.key)
             while idle:
@@ -325,9 +174,9 @@ class UpstreamPool:
             if self._closed:
                 raise ConnectionBroken("warmgate is shutting down")
 
-    async def _connect(self, ep: Endpoint, connect_timeout: float | None) -> _Connection:
+    async def _connect(self, ep: Endpoint, connect_timeout: float | None) -> Connection:
         loop = cast(asyncio.AbstractEventLoop, self._loop)
-        conn = _Connection(self, ep, loop)
+        conn = Connection(self, ep, loop)
         self._all.add(conn)
         tls: ssl.SSLContext | None = None
         if ep.tls:
@@ -344,7 +193,7 @@ class UpstreamPool:
                     server_hostname=ep.host if tls else None,
                 )
         except BaseException as exc:
-            self._forget(conn)
+            self.forget(conn)
             if isinstance(exc, TimeoutError):
                 raise ConnectTimedOut(f"no connection to {ep.key} in time") from exc
             if isinstance(exc, OSError):
@@ -357,7 +206,7 @@ class UpstreamPool:
             )
         return conn
 
-    def _release(self, conn: _Connection) -> None:
+    def release(self, conn: Connection) -> None:
         """A connection whose exchange is complete: keep it for the next request."""
         if self._closed or conn.lost or conn.transport.is_closing():
             conn.close()
@@ -373,7 +222,7 @@ class UpstreamPool:
             self._sweep = loop.call_later(self.keepalive_timeout, self._sweep_idle)
         self._wake_one()
 
-    def _forget(self, conn: _Connection) -> None:
+    def forget(self, conn: Connection) -> None:
         """The connection is gone (from connection_lost)."""
         if conn in self._all:
             self._all.discard(conn)
@@ -381,7 +230,7 @@ class UpstreamPool:
 
     def _evict(self) -> bool:
         """At the limit: close the longest-idle connection of any endpoint to make room."""
-        oldest: collections.deque[_Connection] | None = None
+        oldest: collections.deque[Connection] | None = None
         for idle in self._idle.values():
             while idle and idle[0].lost:
                 idle.popleft()
@@ -417,50 +266,15 @@ class UpstreamPool:
         if oldest is not None:
             self._sweep = loop.call_at(oldest + self.keepalive_timeout, self._sweep_idle)
 
-    # -- response-head deadlines: one timer per pool, not one per request ----------------------
-
-    def _watch(self, exchange: Exchange, timeout: float) -> None:
-        loop = self._loop
-        assert loop is not None
-        deadline = loop.time() + timeout
-        waiting = self._heads.get(timeout)
-        if waiting is None:
-            waiting = self._heads[timeout] = {}
-        waiting[exchange] = deadline
-        exchange._watch = waiting
-        if self._head_timer is None or deadline < self._head_timer_at:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            self._head_timer_at = deadline
-            self._head_timer = loop.call_at(deadline, self._expire_heads)
-
-    def _expire_heads(self) -> None:
-        loop = cast(asyncio.AbstractEventLoop, self._loop)
-        self._head_timer = None
-        now = loop.time()
-        soonest: float | None = None
-        for timeout, waiting in self._heads.items():
-            while waiting:
-                exchange, deadline = next(iter(waiting.items()))
-                if deadline > now:
-                    soonest = deadline if soonest is None else min(soonest, deadline)
-                    break
-                del waiting[exchange]
-                exchange._watch = None
-                exchange._timed_out(timeout)
-        if soonest is not None:
-            self._head_timer_at = soonest
-            self._head_timer = loop.call_at(soonest, self._expire_heads)
-
     # -- shutdown ------------------------------------------------------------------------------
 
     def close(self) -> list[Awaitable[None]]:
         """Close every connection; returns what to await until they are gone."""
         self._closed = True
-        for timer in (self._sweep, self._head_timer):
-            if timer is not None:
-                timer.cancel()
-        self._sweep = self._head_timer = None
+        self._deadlines.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
