@@ -14,22 +14,15 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from router.errors import BodyTooLarge, UpstreamError, UpstreamTimeout
-from router.http.h1.pool import (
-    ConnectFailed,
-    ConnectTimedOut,
-    Endpoint,
-    Exchange,
-    UpstreamFailure,
-    endpoint,
-    pool_of,
-)
+from router.errors import BodyTooLarge
+from router.http.failures import translate
+from router.http.h1.pool import Endpoint, Exchange, UpstreamFailure, endpoint, pool_of
 from router.http.headers import (
     downstream_response_headers,
     needs_empty_length,
     serialize_request_head,
 )
-from router.scale.targets import TargetRuntime
+from router.http.runtime import Runtime
 
 SMALL_BODY: Final = 64 * 1024
 """Upstream bodies of known length up to this are read at once and written in one go."""
@@ -43,7 +36,7 @@ _EMPTY_LENGTH: Final = b"Content-Length: 0\r\n\r\n"
 class _LimitedBody:
     """A request body of unknown length, cut off past ``limit`` bytes."""
 
-    def __init__(self, content: aiohttp.StreamReader, limit: int, runtime: TargetRuntime) -> None:
+    def __init__(self, content: aiohttp.StreamReader, limit: int, runtime: Runtime) -> None:
         self.content = content
         self.limit = limit
         self.runtime = runtime
@@ -62,31 +55,12 @@ class _LimitedBody:
             yield chunk
 
 
-def translate(exc: BaseException, runtime: TargetRuntime, phase: str) -> Exception:
-    name = runtime.name
-    if isinstance(exc, TimeoutError):
-        connecting = isinstance(exc, ConnectTimedOut | aiohttp.ConnectionTimeoutError)
-        kind = "connect_timeout" if connecting else "timeout"
-        runtime.metrics.upstream_errors.labels(name, kind).inc()
-        if connecting:
-            return UpstreamTimeout(f"could not connect to target {name!r} in time", target=name)
-        return UpstreamTimeout(f"target {name!r} sent no response {phase} in time", target=name)
-    connect = isinstance(exc, ConnectFailed | aiohttp.ClientConnectorError)
-    runtime.metrics.upstream_errors.labels(name, "connect" if connect else "reset").inc()
-    if connect:
-        return UpstreamError(f"target {name!r} refused the connection", target=name)
-    return UpstreamError(f"target {name!r} closed the connection {phase}", target=name)
-
-
 RequestBody = bytes | AsyncIterator[bytes] | None
 """What follows a request head: bytes, a stream of chunks, or nothing."""
 
 
-_translate = translate  # websocket.py's name for it
-
-
 def request_body(
-    request: web.Request, runtime: TargetRuntime, body: bytes | None = None
+    request: web.Request, runtime: Runtime, body: bytes | None = None
 ) -> tuple[RequestBody, bool, bytes]:
     """The body to send after the head, whether it goes chunk-framed, and how the head ends
     (the framing header, if any, and the blank line). ``body``: one already read instead."""
@@ -107,7 +81,7 @@ def request_body(
 
 async def forward_http(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     session: aiohttp.ClientSession,
     url: URL,
     headers: CIMultiDict[str],
@@ -126,7 +100,7 @@ async def forward_http(
 
 def send(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     session: aiohttp.ClientSession,
     ep: Endpoint,
     head: bytes,
@@ -151,7 +125,7 @@ def send(
 
 async def resend(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     session: aiohttp.ClientSession,
     ep: Endpoint,
     head: bytes,
@@ -177,7 +151,7 @@ async def resend(
 
 async def forward(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     session: aiohttp.ClientSession,
     ep: Endpoint,
     head: bytes,
@@ -196,7 +170,7 @@ async def forward(
 
 async def respond(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     upstream: Exchange,
     path: str,
     cold_wait: float | None,
@@ -271,7 +245,7 @@ class _WithFirstBytes(web.StreamResponse):
 
 async def _body(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     upstream: Exchange,
     response: web.StreamResponse,
     stream: bool,

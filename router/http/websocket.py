@@ -12,8 +12,9 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from router.errors import UpstreamError
-from router.http.proxy import COLD_START_HEADER, _translate
-from router.scale.targets import TargetRuntime
+from router.http.failures import translate
+from router.http.proxy import COLD_START_HEADER
+from router.http.runtime import Runtime
 
 _GOING_AWAY = 1001
 _CLOSE_TIMEOUT = 10.0
@@ -30,7 +31,7 @@ def is_websocket_upgrade(request: web.BaseRequest) -> bool:
 async def _pump(
     source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     counts: bool,
     closing: asyncio.Event,
 ) -> None:
@@ -60,7 +61,7 @@ async def _pump(
 
 async def forward_websocket(
     request: web.Request,
-    runtime: TargetRuntime,
+    runtime: Runtime,
     session: aiohttp.ClientSession,
     url: URL,
     headers: CIMultiDict[str],
@@ -86,7 +87,7 @@ async def forward_websocket(
         # The engine refused the upgrade (ComfyUI: 403 on an Origin mismatch): say the same.
         return web.Response(status=exc.status, text=exc.message or "websocket upgrade refused")
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise _translate(exc, runtime, "to the websocket upgrade") from exc
+        raise translate(exc, runtime, "to the websocket upgrade") from exc
 
     downstream = web.WebSocketResponse(
         protocols=(upstream.protocol,) if upstream.protocol else (),

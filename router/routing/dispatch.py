@@ -14,9 +14,10 @@ from yarl import URL
 
 from backends.base import RequestFacts
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
+from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
 from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
-from router.http.proxy import request_body, resend, respond, send, translate
+from router.http.proxy import request_body, resend, respond, send
 from router.http.replies import error_response
 from router.http.websocket import forward_websocket, is_websocket_upgrade
 from router.metrics import Metrics

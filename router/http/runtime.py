@@ -1,0 +1,112 @@
+"""What forwarding needs of a target: its name and limits, its activity, the metrics it bumps,
+its engine's word on streams, and the loop's clock. router.scale.targets.TargetRuntime is one
+(structurally: router.http imports nothing of router.scale); tests may pass any other."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+StreamCloser = Callable[[int, str], Awaitable[None]]
+"""Closes a long-lived stream with a (websocket) close code and reason."""
+
+
+class Count(Protocol):
+    """A metric's child that counts up (a Prometheus counter or gauge)."""
+
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class Level(Count, Protocol):
+    """A metric's child that goes up and down (a Prometheus gauge)."""
+
+    def dec(self, amount: float = 1) -> None: ...
+
+
+class Labelled(Protocol):
+    """A metric with labels (a Prometheus counter)."""
+
+    def labels(self, *values: Any) -> Count: ...
+
+
+class Metrics(Protocol):
+    @property
+    def upstream_errors(self) -> Labelled:
+        """Labelled (target, kind): ``connect``, ``connect_timeout``, ``timeout``, ``reset``."""
+        ...
+
+
+class Timeouts(Protocol):
+    @property
+    def connect(self) -> float: ...
+
+    @property
+    def response_headers(self) -> float: ...
+
+
+class Limits(Protocol):
+    @property
+    def max_body(self) -> int: ...
+
+
+class Spec(Protocol):
+    @property
+    def timeouts(self) -> Timeouts: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+
+class Activity(Protocol):
+    """A target's activity: requests in flight, frames carried, long-lived streams open."""
+
+    last_frame: float
+    """Loop time a stream last carried a frame that counts."""
+
+    @property
+    def streams(self) -> dict[object, StreamCloser]: ...
+
+    def begin(self, now: float) -> None: ...
+
+    def end(self, now: float) -> None: ...
+
+
+class Engine(Protocol):
+    def stream_activity(self, path: str) -> str:
+        """``open``, ``frames`` or ``none``: how a stream at this upstream path counts."""
+        ...
+
+
+class Runtime(Protocol):
+    """One target, as forwarding sees it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> Spec: ...
+
+    @property
+    def activity(self) -> Activity: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def m_bytes_in(self) -> Count: ...
+
+    @property
+    def m_bytes_out(self) -> Count: ...
+
+    @property
+    def m_in_flight(self) -> Level: ...
+
+    @property
+    def m_ws_open(self) -> Level: ...
