@@ -4,9 +4,10 @@ watched Deployment and its Service's EndpointSlices (docs/kubernetes.md).
 ``open`` lists before it returns, so the first observation is the cluster's truth and a
 restarted warmgate adopts a running Deployment instead of restarting it. Watches then keep the
 copy current; every change reaches the lifecycle at once (held requests are released on the
-watch event, not by polling). Scale actions that meet an unreachable API server are retried
-with backoff in the background while the observation says what was asked, and ``degraded``
-says why; refusals (RBAC, another owner of the replica count) are :class:`BackendError`.
+watch event, not by polling). Scale actions (``backends.kubernetes.scaling``) that meet an
+unreachable API server are retried with backoff in the background while the observation says
+what was asked, and ``degraded`` says why; refusals (RBAC, another owner of the replica count)
+are :class:`BackendError`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from backends.kubernetes.informer import (
     Informer,
     service_slices,
 )
-from backends.kubernetes.observe import observe, other_owners, spec_replicas
+from backends.kubernetes.observe import observe, other_owners
+from backends.kubernetes.scaling import ScaleActions, forbidden, where
 from backends.specs import KubernetesBackend as KubernetesSpec
 
 log = logging.getLogger("warmgate.kubernetes")
@@ -62,7 +64,7 @@ class KubernetesBackend:
         self._backoff = backoff
         self._watch_timeout = watch_timeout
         self._open_timeout = open_timeout
-        self._where = f"deployment {spec.namespace}/{spec.deployment}"
+        self._where = where(spec)
         self._api: KubeApi | None = None
         self._deployments: Informer | None = None
         self._slices: Informer | None = None
@@ -70,16 +72,9 @@ class KubernetesBackend:
         self._listener: ObservationListener | None = None
         self._observation = Observation()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
-        self._retry: asyncio.Task[None] | None = None
-        self._reconnected = asyncio.Event()
-        """Set when a watch is connected again: a pending scale action is retried at once."""
-        self._intent: int | None = None
-        """Replicas asked for and not yet seen in the watched Deployment."""
-        self._asked_at_list: int | None = None
-        """Set once the intent is stored in the cluster: the deployment informer's list count
-        then (a later list is authoritative and confirms it too)."""
-        self._pending: str | None = None
+        self._scaling = ScaleActions(
+            target, spec, backoff=backoff, changed=self._changed, spawn=self._spawn
+        )
         self._starting: str | None = None
         self.refused: str | None = None
         """Why warmgate may not scale this Deployment (found after start, e.g. an HPA)."""
@@ -115,6 +110,7 @@ class KubernetesBackend:
             backoff=self._backoff,
             watch_timeout=self._watch_timeout,
         )
+        self._scaling.attach(self._api, self._deployments)
         try:
             async with asyncio.timeout(self._open_timeout):
                 await self._bootstrap()
@@ -141,7 +137,7 @@ class KubernetesBackend:
         if self.refused:
             raise BackendError(self.refused)
         if self.spec.mode == "direct":
-            await self._scale(self.spec.max_replicas)
+            await self._scaling.scale(self.spec.max_replicas)
 
     async def scale_down(self, deadline: float | None = None) -> None:
         """Returns once the API server stored replicas 0 (or a retry is under way), not once
@@ -149,7 +145,7 @@ class KubernetesBackend:
         or until ``deadline`` (loop time): then given up, and the Deployment is seen as it is
         (other warmgate replicas serve it again by then). ``mode: keda``: nothing."""
         if self.spec.mode == "direct":
-            await self._scale(0, deadline)
+            await self._scaling.scale(0, deadline)
 
     async def close(self) -> None:
         """Stops watching; never scales the shared Deployment (a restart must not flap it)."""
@@ -162,6 +158,7 @@ class KubernetesBackend:
         if self._api is not None:
             await self._api.close()
             self._api = None
+            self._scaling.attach(None, None)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -241,108 +238,7 @@ class KubernetesBackend:
         return task
 
     def _forbidden(self, exc: KubeError) -> str:
-        return (
-            f"target {self.target!r}: the API server refused warmgate's credentials for "
-            f"{self._where}: {exc.message}. Grant the Role in deploy/base/router/rbac.yaml "
-            f"in namespace {self.spec.namespace} (docs/kubernetes.md)"
-        )
-
-    # -- scaling --------------------------------------------------------------------------
-
-    async def _scale(self, replicas: int, deadline: float | None = None) -> None:
-        async with self._lock:
-            if self._retry is not None:
-                self._retry.cancel()
-                self._retry = None
-            self._intent, self._asked_at_list, self._pending = replicas, None, None
-            self._changed()
-            loop = asyncio.get_running_loop()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await self._ask(replicas)
-            except TimeoutError:
-                self._give_up(replicas, "no answer before the deadline")
-            except Unreachable as exc:
-                self._retry_later(replicas, exc, deadline)
-            except KubeError as exc:
-                if replicas == 0 and (deadline is None or loop.time() < deadline):
-                    self._retry_later(replicas, exc, deadline)  # a stop is retried until it lands
-                    return
-                if replicas == 0:
-                    self._give_up(replicas, exc.message)
-                    return
-                self._intent = None
-                self._changed()
-                message = (
-                    self._forbidden(exc)
-                    if isinstance(exc, Forbidden)
-                    else f"target {self.target!r}: cannot scale {self._where}: {exc.message}"
-                )
-                raise BackendError(message) from exc
-
-    async def _ask(self, replicas: int) -> None:
-        """One try at storing the intent (the lock is held)."""
-        api, informer = self._api, self._deployments
-        if api is None or informer is None:
-            raise Unreachable("not connected")
-        if replicas > 0:
-            current = await api.get_scale(self.spec.namespace, self.spec.deployment)
-            if current < 1:
-                await api.patch_scale(self.spec.namespace, self.spec.deployment, replicas)
-                log.info("[%s] scaled %s to %d", self.target, self._where, replicas)
-        else:
-            await api.patch_scale(self.spec.namespace, self.spec.deployment, 0)
-            log.info("[%s] scaled %s to 0", self.target, self._where)
-        self._asked_at_list = informer.lists
-        self._pending = None
-        self._changed()
-
-    def _retry_later(self, replicas: int, exc: KubeError, deadline: float | None = None) -> None:
-        self._pending = f"scale to {replicas} pending, retrying: {exc.message}"
-        log.warning("[%s] %s", self.target, self._pending)
-        self._changed()
-        self._retry = self._spawn(self._retry_loop(replicas, deadline))
-
-    def _give_up(self, replicas: int, why: str) -> None:
-        """A stop with a deadline that could not be stored in time: forget it (the lock is
-        held); the Deployment is then seen as the watch shows it."""
-        log.warning("[%s] scale to %d given up at its deadline: %s", self.target, replicas, why)
-        self._intent = self._asked_at_list = self._pending = None
-        self._retry = None
-        self._changed()
-
-    async def _retry_loop(self, replicas: int, deadline: float | None = None) -> None:
-        failures = 0
-        loop = asyncio.get_running_loop()
-        while True:
-            if deadline is not None and loop.time() >= deadline:
-                async with self._lock:
-                    if self._intent == replicas:
-                        self._give_up(replicas, self._pending or "not stored")
-                return
-            failures += 1
-            self._reconnected.clear()
-            wait = self._backoff.delay(failures)
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - loop.time()))
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self._reconnected.wait()
-            async with self._lock:
-                if self._intent != replicas:
-                    return
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await self._ask(replicas)
-                except TimeoutError:
-                    self._give_up(replicas, "no answer before the deadline")
-                    return
-                except KubeError as exc:
-                    self._pending = f"scale to {replicas} pending, retrying: {exc.message}"
-                    self._changed()
-                    continue
-                self._retry = None
-                return
+        return forbidden(self.target, self.spec, exc)
 
     # -- observation ----------------------------------------------------------------------
 
@@ -350,19 +246,8 @@ class KubernetesBackend:
         informer = self._deployments
         return None if informer is None else informer.objects.get(self.spec.deployment)
 
-    def _settle_intent(self) -> None:
-        """Forget the intent once the watched Deployment shows it (or a later list was made)."""
-        asked, informer = self._asked_at_list, self._deployments
-        if self._intent is None or asked is None or informer is None:
-            return
-        deployment = self._deployment()
-        watched = spec_replicas(deployment)
-        shown = deployment is not None and (watched > 0) == (self._intent > 0)
-        if shown or informer.lists > asked:
-            self._intent = self._asked_at_list = None
-
     def _problems(self) -> list[str]:
-        problems = [p for p in (self._starting, self._pending) if p]
+        problems = [p for p in (self._starting, self._scaling.pending) if p]
         for informer in (self._deployments, self._slices):
             if informer is not None and informer.problem:
                 problems.append(informer.problem)
@@ -376,15 +261,16 @@ class KubernetesBackend:
         return self._starting is None and all(i is not None and not i.problem for i in informers)
 
     def _changed(self) -> None:
-        if self._pending and self._watching():
-            self._reconnected.set()  # the API server is back: retry the pending action now
-        self._settle_intent()
+        if self._watching():
+            self._scaling.reconnected()  # the API server is back: retry a pending action now
+        deployment = self._deployment()
+        self._scaling.settle(deployment)
         slices = self._slices.objects.values() if self._slices is not None else ()
         observation = observe(
             self.spec,
-            self._deployment(),
+            deployment,
             slices,
-            intent=self._intent,
+            intent=self._scaling.intent,
             problems=self._problems(),
             refused=self.refused,
         )
