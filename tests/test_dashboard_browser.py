@@ -55,25 +55,38 @@ def card(name: str, phase: str) -> str:
     return f'#target-{name}[data-phase="{phase}"]'
 
 
+WATCH_PHASES = """() => {
+    window.phases = [];
+    const note = () => {
+        const card = document.querySelector("#target-sleepy");
+        const phase = card && card.dataset.phase;
+        if (phase && window.phases[window.phases.length - 1] !== phase) window.phases.push(phase);
+    };
+    note();
+    new MutationObserver(note).observe(document.getElementById("view"), {childList: true});
+}"""
+
+
 async def test_the_dashboard_follows_a_cold_start_and_the_idle_release() -> None:
-    data = config(load=1.0, idle_after="2s")
+    data = config(load=2.0, idle_after="2s")
     async with warmgate(data) as wg, chromium() as page, aiohttp.ClientSession() as session:
         await page.goto(wg.admin + "/")
         await page.wait_for_selector(card("sleepy", "cold"))
         await page.wait_for_selector("#live.on")  # following GET /events
-        await page.evaluate("window.notReloaded = true")
+        await page.evaluate(WATCH_PHASES)  # what the page shows, in order; lost on a reload
 
         request = asyncio.create_task(session.get(wg.url + "/hello"))
-        await page.wait_for_selector(card("sleepy", "starting"), timeout=5_000)
-        await page.wait_for_selector(card("sleepy", "ready"), timeout=15_000)
+        await page.wait_for_selector(card("sleepy", "starting"), timeout=10_000)
+        await page.wait_for_selector(card("sleepy", "ready"), timeout=20_000)
         response = await request
         assert response.status == 200
         response.release()
         # Idle for idle_after: released; the GPU-seconds it was held for are shown.
-        await page.wait_for_selector(card("sleepy", "cold"), timeout=15_000)
+        await page.wait_for_selector(card("sleepy", "cold"), timeout=20_000)
         idle = await page.locator("#target-sleepy .gpu-idle").text_content()
         assert idle is not None and int(idle) >= 1
-        assert await page.evaluate("window.notReloaded") is True, "updated without a reload"
+        shown = await page.evaluate("window.phases")  # undefined after a reload
+        assert [p for p in shown if p != "draining"] == ["cold", "starting", "ready", "cold"]
         kinds = await page.locator("ol.events li").evaluate_all(
             "items => items.map(item => item.className)"
         )
