@@ -84,6 +84,7 @@ class ProcessBackend:
         self.base_dir = base_dir
         self.environ = environ
         self._proc: asyncio.subprocess.Process | None = None
+        self._logged_exit: asyncio.subprocess.Process | None = None
         self._stopping = False
         self._observation = Observation()
         self._listener: ObservationListener | None = None
@@ -188,12 +189,12 @@ class ProcessBackend:
         log.warning("[%s] %s; last output:\n%s", self.target, reason, tail or "(none)")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
-        self._proc = None  # gone and logged: the stop that follows has nothing left to say
+        self._logged_exit = proc  # the stop that follows has nothing left to say
         self._set(Observation(failure=reason, crashed=True))
 
     async def scale_down(self, deadline: float | None = None) -> None:
         async with self._lock:
-            proc, self._proc = self._proc, None
+            proc = self._proc
             self._stopping = True
             if proc is not None:
                 await self._terminate(proc)
@@ -217,7 +218,9 @@ class ProcessBackend:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
-        log.info("[%s] stopped (exit code %s)", self.target, proc.returncode)
+        if self._logged_exit is not proc:  # each child's end is logged once
+            self._logged_exit = proc
+            log.info("[%s] stopped (exit code %s)", self.target, proc.returncode)
 
     async def close(self) -> None:
         await self.scale_down()
