@@ -41,6 +41,8 @@ async def targets(request: web.Request) -> web.Response:
             "held": activity.held,
             "streams": len(activity.streams),
             "idle_seconds": None if idle_since is None else round(max(0.0, now - idle_since), 3),
+            # idle_after in force (learned for auto), what it was learned from, keep_warm
+            **runtime.idling.describe(runtime.predicted_cold_start()),
         }
     return web.json_response(out)
 

@@ -68,7 +68,9 @@ def build_apps(config: Config) -> Apps:
             name, target.backend, config.base_dir, environ=env.variables, kube_environ=env.kube
         )
         engine = make_engine(target.engine_spec(config.base_dir))
-        runtimes[name] = TargetRuntime(name, target, backend, engine, metrics, loop)
+        runtimes[name] = TargetRuntime(
+            name, target, backend, engine, metrics, loop, config.economics
+        )
     replicas = (
         Replicas(
             make_membership(

@@ -59,7 +59,7 @@ class Replicas:
         self.membership = membership
         self.spec = spec
         self.runtimes = runtimes
-        idle_afters = [r.spec.scaling.idle_after for r in runtimes.values()] or [0.0]
+        idle_afters = [r.spec.scaling.idle_seconds for r in runtimes.values()] or [0.0]
         self.peers = Peers(membership, spec.peer_grace + max(idle_afters), self._answer)
         self.spend = Spend(membership.identity, self.peers.answered)
         self.fenceables: dict[str, Fenceable] = {}

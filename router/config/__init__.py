@@ -13,6 +13,7 @@ from router.config.api import (
     Policy,
     PrivateRule,
 )
+from router.config.economics import Economics
 from router.config.env import Environment, read_environment
 from router.config.load import load_config, parse_config
 from router.config.root import Config, HostPort, ServerSettings
@@ -23,6 +24,7 @@ __all__ = [
     "CloudSpec",
     "Config",
     "Cost",
+    "Economics",
     "Environment",
     "HostPort",
     "Limits",

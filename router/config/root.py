@@ -12,6 +12,7 @@ from backends.specs import Frozen, ReplicasSpec
 from backends.units import Duration
 from router.config.admin import AdminSettings
 from router.config.api import ApiSettings, CloudSpec, ModelSpec, Policy
+from router.config.economics import Economics
 from router.config.env import Environment
 from router.config.targets import Target
 
@@ -72,6 +73,9 @@ class Config(Frozen):
     api: ApiSettings = ApiSettings()
     admin: AdminSettings = AdminSettings()
     """The admin listener's dashboard: who may act on it (``admin.token_file``)."""
+    economics: Economics = Economics()
+    """What a GPU-hour and a second of someone's wait cost: ``idle_after: auto`` weighs them,
+    ``warmgate simulate`` totals them (docs/simulate.md)."""
     replicas: ReplicasSpec | None = None
     """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
     source: str = Field(default="<memory>", exclude=True)

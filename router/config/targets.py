@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from backends.specs import Backend, EngineKind, EngineSpec, Frozen, GradioWarmup, Readiness
-from backends.units import Duration, Size
+from backends.units import Duration, Size, parse_duration
+from router.config.windows import Window, parse_window
 
 
 class Route(Frozen):
@@ -63,10 +64,28 @@ class Limits(Frozen):
     """Upstream connections per target (0: unlimited). Keep-alive pooled."""
 
 
+def _idle_after(value: object) -> object:
+    return "auto" if value == "auto" else parse_duration(value)
+
+
+IdleAfter = Annotated[float | Literal["auto"], BeforeValidator(_idle_after)]
+"""A duration, or ``auto``: learned from the target's gaps between bursts (docs/simulate.md)."""
+
+
 class Scaling(Frozen):
-    idle_after: Duration = 1800.0
+    idle_after: IdleAfter = 1800.0
     """No activity this long -> scale to zero and release the GPU. 30 minutes: a person reading
-    their render does not lose the warm model; an abandoned tab frees the card within the hour."""
+    their render does not lose the warm model; an abandoned tab frees the card within the hour.
+    ``auto``: learned from this target's own gaps between bursts of use, within
+    ``idle_bounds`` (docs/simulate.md)."""
+    idle_bounds: tuple[Duration, Duration] = (120.0, 3600.0)
+    """``[lower, upper]`` for ``idle_after: auto``: it never learns a value outside them, and
+    holds the upper one until it has seen enough gaps. 2 minutes: less releases the card between
+    two renders; 1 hour: more holds a card all afternoon for one more render."""
+    keep_warm: tuple[str, ...] = ()
+    """Time windows (``"Mon-Fri 08:30-18:00 Europe/Berlin"``: days, local time span, IANA zone,
+    UTC when omitted) during which the target is started ahead of use and never released for
+    idleness. None by default: a GPU is held only for work."""
     cold_start_timeout: Duration = 300.0
     """Longest a request is held for a cold start; heavy render images take ~2 minutes."""
     max_held: int = Field(default=1000, ge=1)
@@ -81,6 +100,35 @@ class Scaling(Frozen):
     failure_backoff: Duration = 10.0
     """First wait after a failed cold start; doubles per failure up to ``failure_backoff_max``."""
     failure_backoff_max: Duration = 300.0
+
+    @field_validator("idle_bounds")
+    @classmethod
+    def _bounds_ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[0] > value[1]:
+            raise ValueError(f"expected [lower, upper] with lower <= upper, got {list(value)}")
+        return value
+
+    @field_validator("keep_warm")
+    @classmethod
+    def _windows(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for text in value:
+            parse_window(text)
+        return value
+
+    @property
+    def idle_auto(self) -> bool:
+        """``idle_after: auto``: the value is learned (:mod:`router.scale.idle_policy`)."""
+        return self.idle_after == "auto"
+
+    @property
+    def idle_seconds(self) -> float:
+        """The fixed ``idle_after``; for ``auto``, the upper bound it falls back to."""
+        return self.idle_bounds[1] if isinstance(self.idle_after, str) else self.idle_after
+
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        """``keep_warm``, parsed."""
+        return tuple(parse_window(text) for text in self.keep_warm)
 
 
 class Target(Frozen):

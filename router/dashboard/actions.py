@@ -77,7 +77,7 @@ def _mark_idle(runtime: TargetRuntime) -> None:
     """Idle for ``idle_after`` as of now (nothing active is touched: see :func:`_busy`)."""
     activity, now = runtime.activity, runtime.loop.time()
     scaling = runtime.spec.scaling
-    idle_from = now - scaling.idle_after
+    idle_from = now - runtime.idle_after()
     activity.last_request = min(activity.last_request, idle_from)
     activity.last_frame = min(activity.last_frame, idle_from - scaling.stream_activity_window)
     activity.busy_until = min(activity.busy_until, idle_from)

@@ -79,19 +79,29 @@ def _activity(t: Json, now: float) -> str:
     return ", ".join(parts) or "-"  # fixed words and times: nothing to escape
 
 
+def idle_after(t: Json) -> str:
+    """``idle_after`` as in force, and for ``auto`` what it was learned from (fixed words and
+    numbers: nothing to escape)."""
+    shown = span(t["idle_after"])
+    learned = (t.get("idle") or {}).get("learned")
+    if learned is None:
+        return shown
+    if learned["learned"]:
+        return f"{shown}, learned from {learned['gaps']} gaps"
+    return f"{shown}, auto: the upper bound until {learned['gaps_needed']} gaps ({learned['gaps']})"
+
+
 def _next(t: Json, now: float) -> tuple[str, str]:
     if t["always_on"]:
         return "Release", "never (always on)"
     if t["release_at"] is not None:
-        return "Release", (
-            f"in {countdown(t['release_at'], now)} (idle for {span(t['idle_after'])})"
-        )
+        return "Release", (f"in {countdown(t['release_at'], now)} (idle for {idle_after(t)})")
     if t["retry_at"] is not None:
         return "Next try", f"in {countdown(t['retry_at'], now)}"
     if t["park_at"] is not None:
         return "Park", f"in {countdown(t['park_at'], now)}"
     if t["phase"] == "ready":
-        return "Release", f"once idle for {span(t['idle_after'])}"
+        return "Release", f"once idle for {idle_after(t)}"
     return "Release", "-"
 
 

@@ -82,7 +82,7 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
     always_on = runtime.backend.always_on
     release_at = None  # counting down while ready and idle: the same release as idleness
     if state.phase is Phase.READY and not always_on and idle_since is not None:
-        release_at = idle_since + scaling.idle_after if activity.held == 0 else None
+        release_at = idle_since + runtime.idle_after() if activity.held == 0 else None
     eta = runtime.predicted_cold_start(DEFAULT_ETA)
     failure = src.today.last_failure(runtime.name)
     return {
@@ -109,7 +109,8 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "always_on": always_on,
         "backend": spec.backend.kind,
         "engine": spec.engine,
-        "idle_after": scaling.idle_after,
+        "idle_after": runtime.idle_after(),
+        "idle": runtime.idling.describe(runtime.predicted_cold_start()),
         "eta": None if always_on else round(eta, 1),
         "cold_starts_today": [s.to_json() for s in src.today.starts_today(runtime.name)],
         "gpu_seconds_today": {

@@ -16,6 +16,7 @@ class Activity:
         "in_flight",
         "last_frame",
         "last_request",
+        "on_resume",
         "streams",
         "wanted_until",
     )
@@ -36,8 +37,13 @@ class Activity:
         waiting page, a request sent to the cloud with ``warm_on_cloud``) until this loop time."""
         self.streams: dict[object, Callable[[int, str], Awaitable[None]]] = {}
         """Open long-lived streams: key -> ``close(code, reason)``; closed at release."""
+        self.on_resume: Callable[[float], None] | None = None
+        """Called with the loop time when a request begins with none in flight (before it is
+        counted): where a gap between bursts ends (``idle_after: auto``)."""
 
     def begin(self, now: float) -> None:
+        if self.in_flight == 0 and self.on_resume is not None:
+            self.on_resume(now)
         self.in_flight += 1
         self.last_request = now
 

@@ -51,11 +51,7 @@ class Drain:
         activity = rt.activity
         window = rt.spec.scaling.stream_activity_window
         idle_since = activity.idle_since(window)
-        if (
-            activity.held > 0
-            or idle_since is None
-            or self.now - idle_since < rt.spec.scaling.idle_after
-        ):
+        if activity.held > 0 or idle_since is None or self.now - idle_since < rt.idle_after():
             phases.back_to(before, "drain cancelled")
             return
         phases.publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))

@@ -57,7 +57,7 @@ class Fencing:
         if activity.held or idle_since is None:
             return "active here"
         idle = now - idle_since
-        if idle + SLACK < rt.spec.scaling.idle_after:
+        if idle + SLACK < rt.idle_after():
             return f"idle for only {idle:.1f}s here"
         self.fenced_until, self.fenced_by = until, leader
         reason = f"{leader} is releasing it (idle for {idle:.0f}s here too)"

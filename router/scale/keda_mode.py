@@ -36,7 +36,7 @@ def decide_keda(v: View) -> Step:
             return Step(Act.LOST, reason="KEDA scaled it to zero")
         if v.held > 0:
             return Step(Act.ADOPT, reason="a request arrived while KEDA was scaling it down")
-        if v.idle_since is None or v.idle_since + v.scaling.idle_after > v.now + SLACK:
+        if v.idle_since is None or v.idle_since + v.release_after > v.now + SLACK:
             # another warmgate replica was active meanwhile: the scaler says active again
             return Step(Act.ADOPT, reason="active on another replica")
         return Step(Act.WAIT)

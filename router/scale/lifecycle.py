@@ -35,6 +35,8 @@ class Lifecycle:
         """Several warmgate replicas (docs/replicas.md): idleness is theirs together, and only
         the leader releases."""
         self._task: asyncio.Task[None] | None = None
+        self.window_change = math.inf
+        """Loop time a ``keep_warm`` window begins or ends: the loop looks again then."""
         self.keda = keda_owns_replicas(runtime.backend)
         """KEDA owns the replicas (``mode: keda``): never scale, only wait (docs/keda.md)."""
         self.phases = Transitions(runtime)
@@ -103,6 +105,7 @@ class Lifecycle:
         else:  # idle only when every replica is; only the leader releases
             idle_since = self.others.idle_since(rt.name)
             may_release = self.keda or self.others.leading()
+        kept_warm, self.window_change = rt.idling.kept_warm()
         return View(
             state=rt.state,
             observation=self._obs,
@@ -117,6 +120,8 @@ class Lifecycle:
             may_release=may_release,
             release_not_before=self.fencing.release_not_before,
             fenced_until=self.fencing.fenced_until,
+            idle_after=rt.idle_after(),
+            kept_warm=kept_warm,
         )
 
     async def _run(self) -> None:
@@ -124,7 +129,7 @@ class Lifecycle:
             await self.accounting.account()
             step = (decide_keda if self.keda else decide)(self.view())
             if step.act is Act.WAIT:
-                await self._wait(step.until)
+                await self._wait(min(step.until, self.window_change))
                 continue
             try:
                 await self._perform(step)

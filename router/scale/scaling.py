@@ -58,6 +58,15 @@ class View:
     fenced_until: float = -math.inf
     """Draining for a release the leader announced: serving again at this loop time if the
     workload is still running then."""
+    idle_after: float | None = None
+    """Seconds idle before a release, as in force now (``idle_after: auto``: as learned);
+    ``None``: the config's fixed value."""
+    kept_warm: bool = False
+    """Inside a ``scaling.keep_warm`` window: started ahead of use, never released for idleness."""
+
+    @property
+    def release_after(self) -> float:
+        return self.scaling.idle_seconds if self.idle_after is None else self.idle_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +101,8 @@ def decide(v: View) -> Step:
             return Step(Act.START, reason="a request is waiting")
         if v.wanted:
             return Step(Act.START, reason="asked to warm up")
+        if v.kept_warm:
+            return Step(Act.START, reason="kept warm (keep_warm)")
         return Step(Act.WAIT)
 
     if phase is Phase.FAILED:
@@ -104,7 +115,7 @@ def decide(v: View) -> Step:
                 return release
         if now < state.retry_at:
             return Step(Act.WAIT, until=min(state.retry_at, release.until))
-        if v.held > 0 or v.wanted:
+        if v.held > 0 or v.wanted or v.kept_warm:
             return Step(Act.START, reason="retrying after backoff")
         return release
 
@@ -131,7 +142,7 @@ def decide(v: View) -> Step:
             return Step(Act.WAIT, until=v.fenced_until)  # the leader is releasing it
         if state.endpoints and obs.endpoints != state.endpoints:
             return Step(Act.REFRESH, reason="ready endpoints changed")
-        if v.idle_since is None or v.held > 0:
+        if v.idle_since is None or v.held > 0 or v.kept_warm:
             return Step(Act.WAIT)
         return _idle_release(v, now, "")
 
@@ -142,7 +153,7 @@ def _idle_release(v: View, now: float, why: str) -> Step:
     """Drain once idle for ``idle_after`` (and not put off), when this replica may release;
     else wait for that moment (or, past it, for a change of leader, which wakes the loop)."""
     assert v.idle_since is not None
-    release_at = max(v.idle_since + v.scaling.idle_after, v.release_not_before)
+    release_at = max(v.idle_since + v.release_after, v.release_not_before)
     if now < release_at:
         return Step(Act.WAIT, until=release_at)
     if not v.may_release:

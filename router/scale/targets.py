@@ -12,11 +12,12 @@ from collections import deque
 from collections.abc import Callable
 
 from backends.base import Backend, Engine, RequestFacts
-from router.config import Target
+from router.config import Economics, Target
 from router.errors import TargetAsleep
 from router.metrics import Metrics
 from router.scale.activity import Activity
 from router.scale.hold import HoldResult, admission_error, wait_ready
+from router.scale.idling import IdleRule
 from router.scale.state import Phase, StateCell, TargetState
 
 
@@ -36,6 +37,7 @@ class TargetRuntime:
         engine: Engine,
         metrics: Metrics,
         loop: asyncio.AbstractEventLoop,
+        economics: Economics | None = None,
     ) -> None:
         self.name = name
         self.spec = spec
@@ -51,6 +53,9 @@ class TargetRuntime:
         )
         self.cell = StateCell(initial)
         self.activity = Activity(now)
+        self.idling = IdleRule(spec.scaling, economics or Economics(), loop)
+        """``idle_after`` (fixed or learned) and the ``keep_warm`` windows."""
+        self.activity.on_resume = self._resumed
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
         self.on_first_hold: list[Callable[[], None]] = []
@@ -98,13 +103,29 @@ class TargetRuntime:
         else:
             self.endpoint_load.pop(base, None)
 
+    def idle_after(self) -> float:
+        """Seconds idle before the release, now (``idle_after: auto``: as learned so far)."""
+        return self.idling.idle_after(self.predicted_cold_start())
+
+    def _resumed(self, now: float) -> None:
+        """Activity begins with none before it: the gap since the last burst ended is learned."""
+        activity = self.activity
+        if activity.held or activity.in_flight:
+            return
+        idle_since = activity.idle_since(self.spec.scaling.stream_activity_window)
+        if idle_since is not None:
+            self.idling.resumed(now - idle_since)
+
     def servable_now(self) -> TargetState | None:
         state = self.cell.current
         return state if _servable(state) else None
 
     def request_start(self) -> None:
         """Start the target if it is cold, without holding a request for it."""
-        until = self.loop.time() + self.spec.scaling.cold_start_timeout
+        now = self.loop.time()
+        until = now + self.spec.scaling.cold_start_timeout
+        if now >= self.activity.wanted_until:
+            self._resumed(now)
         self.activity.wanted_until = max(self.activity.wanted_until, until)
         self.wake.set()
 
@@ -148,6 +169,7 @@ class TargetRuntime:
                 self.name, "shed" if error.code == "overloaded" else "failed"
             ).inc()
             raise error
+        self._resumed(now)
         self.activity.held += 1
         self.m_held.inc()
         self.wake.set()

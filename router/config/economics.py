@@ -1,0 +1,25 @@
+"""``economics:``: what an hour of GPU and a minute of someone's wait cost, for the idle policy
+that learns (``idle_after: auto``) and for ``warmgate simulate``'s totals (docs/simulate.md)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from backends.specs import Frozen
+
+
+class Economics(Frozen):
+    """The prices the idle policy weighs against each other. Only their ratio moves
+    ``idle_after: auto``: one cold start that makes a person wait ``w`` seconds is worth
+    ``w * cold_wait_usd_per_second / gpu_hour_usd`` hours of a warm, idle GPU."""
+
+    gpu_hour_usd: float = Field(default=2.0, gt=0)
+    """USD one GPU-hour held costs: the cloud's hourly price of the card, or, on your own cards,
+    what an hour of the batch queue is worth to you. 2.0: about a rented data-center GPU."""
+    cold_wait_usd_per_second: float = Field(default=0.01, ge=0)
+    """USD one second of a person waiting for a cold start (or a wake) costs: about their
+    hourly cost divided by 3600. 0.01: 36 USD an hour."""
+
+    @property
+    def gpu_second_usd(self) -> float:
+        return self.gpu_hour_usd / 3600.0
