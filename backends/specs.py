@@ -204,6 +204,13 @@ class ReplicasSpec(Frozen):
     fence_timeout: Duration = 10.0
     """A replica told by the leader that a release is coming holds new requests for the target
     at most this long; then, if the release did not happen, it serves again."""
+    token_file: str | None = None
+    """A file holding the secret the replicas share (one token, mounted from a Secret),
+    relative to the config file; read once, when the config is loaded. Every request one
+    replica makes of another carries it as ``Authorization: Bearer``, and the endpoints that
+    change state (fences, reports) answer 401 without it. Required with ``replicas:``: no
+    default, since anyone who reaches the admin port could otherwise fence a target or report
+    a spend."""
 
     @field_validator("namespace", "service", "lease")
     @classmethod

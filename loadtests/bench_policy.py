@@ -76,6 +76,7 @@ def _config(up_url: str) -> dict[str, Any]:
         "models": models,
         "clouds": clouds,
         "policy": {"daily_cloud_budget_usd": 25},
+        "api": {"allow_anonymous": True},
     }
 
 

@@ -101,6 +101,7 @@ def stack_config(port: int, admin: int, cloud: int, idle_after: str) -> dict[str
             "managed": {"base_url": f"http://127.0.0.1:{cloud}/v1", "api_key_env": CLOUD_KEY_ENV}
         },
         "policy": {"max_wait": "10s", "daily_cloud_budget_usd": 50, "warm_on_cloud": True},
+        "api": {"allow_anonymous": True},  # locust's users carry no keys; the cloud is a fake
     }
 
 

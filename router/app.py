@@ -63,9 +63,10 @@ def build_apps(config: Config) -> Apps:
     metrics = Metrics()
     runtimes: dict[str, TargetRuntime] = {}
     env = config.environment  # read once, at load: backends get plain values
+    children = config.child_environment  # without the cloud keys and the replicas' token
     for name, target in config.targets.items():
         backend = make_backend(
-            name, target.backend, config.base_dir, environ=env.variables, kube_environ=env.kube
+            name, target.backend, config.base_dir, environ=children, kube_environ=env.kube
         )
         engine = make_engine(target.engine_spec(config.base_dir))
         runtimes[name] = TargetRuntime(
@@ -79,6 +80,7 @@ def build_apps(config: Config) -> Apps:
             config.replicas,
             runtimes,
             metrics,
+            token=config.replicas_token,
         )
         if config.replicas is not None
         else None
@@ -92,6 +94,7 @@ def build_apps(config: Config) -> Apps:
         metrics,
         trust_forwarded=config.server.trust_forwarded,
         access_log=config.server.access_log,
+        log_query=config.server.log_query,
     )
 
     async def run_targets(app: web.Application) -> AsyncIterator[None]:

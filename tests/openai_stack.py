@@ -57,6 +57,7 @@ def base_config(local_url: str | None, cloud_url: str, **policy: Any) -> dict[st
             "managed": {"base_url": cloud_url + "/v1", "api_key_env": KEY_ENV, "timeout": "2s"}
         },
         "policy": {"daily_cloud_budget_usd": 25, **policy},
+        "api": {"allow_anonymous": True},  # the tests' clients carry no keys unless they set some
     }
 
 

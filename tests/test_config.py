@@ -178,7 +178,8 @@ def test_check_command_prints_the_routing_table(
 def test_check_command_names_the_replicas_service_and_lease(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = GOOD + "replicas: {namespace: wg, service: wg-peers}\n"
+    (tmp_path / "replicas-token").write_text("shared-between-replicas\n")
+    text = GOOD + "replicas: {namespace: wg, service: wg-peers, token_file: replicas-token}\n"
     assert main(["check", "--config", str(write(tmp_path, text))]) == 0
     out = capsys.readouterr().out
     assert "replicas: peers from Service wg/wg-peers (port admin)" in out

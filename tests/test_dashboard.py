@@ -17,7 +17,7 @@ from router.config import parse_config
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate
-from tests.test_replicas_budget import table  # noqa: F401 - a fixture
+from tests.test_replicas_budget import REPLICAS_TOKEN_FILE, table  # noqa: F401 - a fixture
 
 TOKEN = "a-long-admin-token-9f2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -218,6 +218,7 @@ async def test_replicas_show_each_replica_the_leader_and_when_it_was_last_heard(
             "service": "warmgate-peers",
             "identity": name,
             "poll_interval": "100ms",
+            "token_file": str(REPLICAS_TOKEN_FILE),
         }
         return data
 

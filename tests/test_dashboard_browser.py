@@ -151,6 +151,7 @@ async def test_a_screenshot_of_two_targets_and_one_model(
         }
         data["clouds"] = {"managed": {"base_url": cloud_url + "/v1", "api_key_env": KEY_ENV}}
         data["policy"] = {"daily_cloud_budget_usd": 25, "max_wait": "0s", "warm_on_cloud": True}
+        data["api"] = {"allow_anonymous": True}
         async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as session:
             chat = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}
             for _ in range(3):  # cold: to the cloud, warming the local target meanwhile

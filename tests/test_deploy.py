@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,12 @@ def test_the_router_runs_twice_with_probes_on_the_admin_port() -> None:
 
 def replicas_config(objects: list[Obj]) -> Any:
     configmap = find(objects, "ConfigMap")
-    config = parse_config(yaml.safe_load(configmap["data"]["warmgate.yaml"]), "warmgate.yaml")
-    assert config.replicas is not None, "the replicas: block"
-    return config
+    data = yaml.safe_load(configmap["data"]["warmgate.yaml"])
+    assert data.get("replicas") is not None, "the replicas: block"
+    router = find(objects, "Deployment", "warmgate")
+    with tempfile.TemporaryDirectory() as tmp:
+        data["replicas"]["token_file"] = replicas_token_file(router, data, Path(tmp))
+        return parse_config(data, "warmgate.yaml")
 
 
 @pytest.mark.parametrize("tree", ["base", "overlays/single-node"])
@@ -172,7 +176,9 @@ def test_the_configmap_holds_a_valid_config_for_the_render_deployments(
     router = find(objects, "Deployment", "warmgate")
     volumes = router["spec"]["template"]["spec"]["volumes"]
     assert volumes[0]["configMap"]["name"] == configmap["metadata"]["name"]
-    config = parse_config(yaml.safe_load(configmap["data"]["warmgate.yaml"]), "warmgate.yaml")
+    data = yaml.safe_load(configmap["data"]["warmgate.yaml"])
+    data["replicas"]["token_file"] = replicas_token_file(router, data, tmp_path)
+    config = parse_config(data, "warmgate.yaml")
     assert config.admin_listen.port == 9090 and config.listen.port == 8080
     for name, target in config.targets.items():
         backend = target.backend
@@ -183,6 +189,25 @@ def test_the_configmap_holds_a_valid_config_for_the_render_deployments(
         assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert {"name": "http", "containerPort": backend.port} in container["ports"]
+
+
+def replicas_token_file(router: Obj, config: Obj, tmp_path: Path) -> str:
+    """The config's ``replicas.token_file`` is the Secret warmgate-replicas, mounted read-only
+    into the router's pods and readable by warmgate's user; returns a stand-in file."""
+    pod = router["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    token_file = config["replicas"]["token_file"]
+    (mount,) = [m for m in container["volumeMounts"] if token_file.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "warmgate-replicas"
+    assert secret["items"] == [{"key": "token", "path": token_file.rpartition("/")[2]}]
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
+    assert secret["defaultMode"] & 0o040, "the group (fsGroup: warmgate) reads it"
+    stand_in = tmp_path / "replicas-token"
+    stand_in.write_text("a-token-from-the-secret\n")
+    return str(stand_in)
 
 
 def test_the_role_is_least_privilege() -> None:

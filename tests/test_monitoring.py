@@ -57,6 +57,7 @@ async def exported_names() -> set[str]:
         "models": {"m": {"placements": [{"target": "t"}, {"cloud": "c", "model": "x"}]}},
         "clouds": {"c": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "WG_TEST_NO_KEY"}},
         "policy": {"daily_cloud_budget_usd": 1},
+        "api": {"allow_anonymous": True},
     }
     apps = build_apps(parse_config(data, "<test>", "."))
     names = set()

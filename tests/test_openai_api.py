@@ -168,7 +168,7 @@ async def test_cloud_images_b64_and_url() -> None:
 
 
 async def test_errors_have_openai_shape_status_and_request_id(tmp_path: Path) -> None:
-    async with stack(tweak=lambda c: c.update(api={"max_body": "1KiB"})) as st:
+    async with stack(tweak=lambda c: c["api"].update(max_body="1KiB")) as st:
         client = st.client()
         with pytest.raises(openai.NotFoundError) as nf:
             await client.chat.completions.create(model="gpt-nope", messages=HELLO)

@@ -43,6 +43,8 @@ policy:
   private: {header: X-Warmgate-Private, api_keys: [lab-private]}
   overflow_queue_depth: 4
   warm_on_cloud: true
+api:
+  allow_anonymous: true
 """
 
 

@@ -17,10 +17,12 @@ import pytest
 from backends.base import Peer
 from backends.specs import ReplicasSpec
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import metric_value, serve_app, warmgate
+from tests.helpers import ROOT, metric_value, serve_app, warmgate
 from tests.openai_stack import CLOUD_KEY, base_config, cloud_key  # noqa: F401 - a fixture
 
 HELLO = [{"role": "user", "content": "hello"}]
+REPLICAS_TOKEN_FILE = ROOT / "tests" / "replicas-token"
+"""The secret the test replicas share (``replicas.token_file``)."""
 
 
 class StaticMembership:
@@ -69,6 +71,7 @@ def replica_config(name: str, cloud_url: str) -> dict[str, Any]:
         "service": "warmgate-peers",
         "identity": name,
         "poll_interval": "100ms",
+        "token_file": str(REPLICAS_TOKEN_FILE),
     }
     return data
 
@@ -153,6 +156,7 @@ async def test_a_peer_that_answers_nonsense_counts_as_silent_and_reading_goes_on
             "service": "p",
             "identity": "me",
             "poll_interval": "50ms",
+            "token_file": str(REPLICAS_TOKEN_FILE),
         },
     }
     async with serve_app(app) as odd_url, warmgate(config) as wg:
@@ -175,7 +179,10 @@ async def test_a_peer_that_answers_nonsense_counts_as_silent_and_reading_goes_on
             async with http.post(
                 wg.admin + "/replicas/fence",
                 data=json.dumps(fence),  # Infinity: Python's json writes and reads it
-                headers={"Content-Type": "application/json"},
+                headers={
+                    "Content-Type": "application/json",
+                    "Authorization": "Bearer " + REPLICAS_TOKEN_FILE.read_text().strip(),
+                },
             ) as resp:
                 answer = await resp.json()
         assert answer == {"fenced": False, "reason": "seconds must be a finite number"}

@@ -29,6 +29,7 @@ class Peers:
         membership: Membership,
         forget_after: float,
         on_answer: Callable[[str, Mapping[str, Any]], None],
+        token: str | None = None,
     ) -> None:
         self.membership = membership
         self.forget_after = forget_after
@@ -37,6 +38,8 @@ class Peers:
         """Called with (replica, answer) for every answer, before its words are taken; raises
         on nonsense (the answer is then no answer)."""
         self.records: dict[str, PeerRecord] = {}
+        self._token = token
+        """The replicas' shared token, sent as ``Authorization: Bearer`` with every request."""
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -44,8 +47,10 @@ class Peers:
         return asyncio.get_running_loop().time()
 
     def open(self, poll_interval: float) -> None:
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=min(REQUEST_TIMEOUT, poll_interval * 2)),
+            headers=headers,
             trust_env=False,
         )
 

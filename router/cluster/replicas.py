@@ -55,12 +55,16 @@ class Replicas:
         spec: ReplicasSpec,
         runtimes: Mapping[str, TargetRuntime],
         metrics: Metrics,
+        token: str | None = None,
     ) -> None:
         self.membership = membership
         self.spec = spec
         self.runtimes = runtimes
+        self.token = token
+        """The secret the replicas share (``replicas.token_file``): sent with every request to
+        the others, and required of theirs that change state here."""
         idle_afters = [r.spec.scaling.idle_seconds for r in runtimes.values()] or [0.0]
-        self.peers = Peers(membership, spec.peer_grace + max(idle_afters), self._answer)
+        self.peers = Peers(membership, spec.peer_grace + max(idle_afters), self._answer, token)
         self.spend = Spend(membership.identity, self.peers.answered)
         self.fenceables: dict[str, Fenceable] = {}
         self.on_update: list[Callable[[], None]] = []

@@ -1,16 +1,44 @@
 """The replicas' endpoints on the admin listener (never served publicly): what this replica
 says of its targets, the others' fences and reports, and a view of them all (docs/replicas.md).
+
+The endpoints that change state (fence, unfence, report) answer only to the replicas' shared
+token (``replicas.token_file``) as ``Authorization: Bearer``, compared in constant time: 401
+without it. Reading (``GET /replicas``, ``GET /replicas/activity``) stays open.
 """
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from router.cluster.replicas import Replicas
+from router.cluster.spend import spend_problem
 
 REPLICAS = web.AppKey("replicas", Replicas)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _signed(handler: Handler) -> Handler:
+    """Only with the replicas' token: anyone else who reaches the admin port gets a 401."""
+
+    async def checked(request: web.Request) -> web.StreamResponse:
+        token = request.app[REPLICAS].token
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if (
+            token is None
+            or scheme.lower() != "bearer"
+            or not hmac.compare_digest(given.strip().encode(), token.encode())
+        ):
+            raise web.HTTPUnauthorized(
+                text="the replicas' token is needed (Authorization: Bearer)",
+                headers={"WWW-Authenticate": 'Bearer realm="warmgate replicas"'},
+            )
+        return await handler(request)
+
+    return checked
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -49,7 +77,11 @@ async def unfence(request: web.Request) -> web.Response:
 
 
 async def report(request: web.Request) -> web.Response:
-    request.app[REPLICAS].heard_from(await _json_body(request))
+    body = await _json_body(request)
+    problem = spend_problem(body.get("budget"))
+    if problem is not None:  # a negative or NaN spend would lift the shared budget
+        raise web.HTTPBadRequest(text=problem)
+    request.app[REPLICAS].heard_from(body)
     return web.json_response({"ok": True})
 
 
@@ -57,6 +89,6 @@ def add_routes(app: web.Application, replicas: Replicas) -> None:
     app[REPLICAS] = replicas
     app.router.add_get("/replicas", view)
     app.router.add_get("/replicas/activity", activity)
-    app.router.add_post("/replicas/fence", fence)
-    app.router.add_post("/replicas/unfence", unfence)
-    app.router.add_post("/replicas/report", report)
+    app.router.add_post("/replicas/fence", _signed(fence))
+    app.router.add_post("/replicas/unfence", _signed(unfence))
+    app.router.add_post("/replicas/report", _signed(report))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -51,7 +52,10 @@ class Spend:
 
     def heard(self, replica: str, data: Any) -> None:
         """A replica's report of its spend (and of the spend it remembers of others); raises
-        ``ValueError`` on nonsense."""
+        ``ValueError`` on nonsense (a spend that is negative or not a finite number too)."""
+        problem = spend_problem(data)
+        if problem is not None:
+            raise ValueError(problem)
         if not isinstance(data, dict) or "day" not in data:
             return
         day = datetime.date.fromisoformat(str(data["day"]))
@@ -78,6 +82,37 @@ class Spend:
             for name, (on, spent) in self.by_replica.items()
         }
         return {"day": day.isoformat(), "usd": round(usd, 6), "remembered": remembered}
+
+
+def _usd_problem(value: Any, at: str) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{at}: expected a number of USD, got {value!r}"
+    if not math.isfinite(value) or value < 0:
+        return f"{at}: expected a finite number of USD, 0 or more, got {value!r}"
+    return None
+
+
+def spend_problem(data: Any) -> str | None:
+    """What is wrong with the ``budget`` part of a replica's report, or ``None``: a spend that
+    is negative or not finite would lift (or void) the replicas' shared daily budget. Pure."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        return "budget: expected an object {day, usd, remembered}"
+    try:
+        datetime.date.fromisoformat(str(data.get("day")))
+    except ValueError:
+        return f"budget.day: expected a date such as 2030-01-01, got {data.get('day')!r}"
+    problem = _usd_problem(data.get("usd", 0.0), "budget.usd")
+    remembered = data.get("remembered") or {}
+    if problem is None and not isinstance(remembered, dict):
+        return "budget.remembered: expected an object of replica -> {day, usd}"
+    for name, entry in remembered.items():
+        if problem is not None:
+            break
+        usd = entry.get("usd") if isinstance(entry, dict) else entry
+        problem = _usd_problem(usd, f"budget.remembered.{name}.usd")
+    return problem
 
 
 def _spend_from_json(data: Any) -> dict[str, tuple[datetime.date, float]]:

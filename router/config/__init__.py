@@ -16,7 +16,7 @@ from router.config.api import (
 from router.config.economics import Economics
 from router.config.env import Environment, read_environment
 from router.config.load import load_config, parse_config
-from router.config.root import Config, HostPort, ServerSettings
+from router.config.root import Config, HostPort, ServerSettings, logged_path
 from router.config.targets import Limits, Route, Scaling, Target, Timeouts
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "Target",
     "Timeouts",
     "load_config",
+    "logged_path",
     "parse_config",
     "read_environment",
 ]

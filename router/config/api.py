@@ -153,3 +153,8 @@ class ApiSettings(Frozen):
     file. Set: requests need ``Authorization: Bearer <key>``. Omitted: no client keys."""
     max_body: Size = 10 * 2**20
     """Largest API request body in bytes; bigger -> 413. 10 MiB fits long chat histories."""
+    allow_anonymous: bool = False
+    """Serve the API without client keys even though it can spend money (a cloud placement and
+    ``policy.daily_cloud_budget_usd`` above 0): anyone who reaches the public port then spends
+    the budget. Off by default, so that such a config without ``api_keys_file`` is an error
+    rather than an open wallet; set it where that is meant (a workstation, a test)."""

@@ -4,16 +4,17 @@
 tests inject their own) when the configuration is loaded; the :class:`Environment` is carried on
 the :class:`~router.config.root.Config` (never serialized) and its plain values are handed down:
 the log level to the command line, a cloud's API key to the OpenAI API, the Kubernetes access
-variables and the pod's name and address to the backends, the whole snapshot to a ``process``
-target's child. No other module of ``router/`` or ``backends/`` reads the environment
-(``router/__init__.py`` only sets a default for gRPC before it is imported; the demo engine in
-``backends/demo_engine/`` is a program of its own and reads its own).
+variables and the pod's name and address to the backends, the snapshot less warmgate's secrets
+(:meth:`Environment.for_children`) to a ``process`` target's child. No other module of
+``router/`` or ``backends/`` reads the environment (``router/__init__.py`` only sets a default
+for gRPC before it is imported; the demo engine in ``backends/demo_engine/`` is a program of its
+own and reads its own).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -44,13 +45,26 @@ class Environment:
     pod_ip: str | None = None
     """``POD_IP`` (the Downward API): keeps a replica from counting itself among its peers."""
     variables: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
-    """Every variable: the base of a ``process`` target's environment (its ``env`` is added),
-    and where a cloud's ``api_key_env`` is looked up."""
+    """Every variable: where a cloud's ``api_key_env`` is looked up, and, less warmgate's
+    secrets (:meth:`for_children`), the base of a ``process`` target's environment (its
+    ``env`` is added)."""
 
     def api_key(self, variable: str) -> str:
         """The value of a cloud's ``api_key_env``, stripped; ``""`` when unset or blank (the
         cloud is then unavailable and its placements skipped)."""
         return self.variables.get(variable, "").strip()
+
+    def for_children(self, names: Collection[str], secrets: Collection[str]) -> Mapping[str, str]:
+        """The variables a child process (an engine and its plugins) gets: all but those in
+        ``names`` (the clouds' ``api_key_env``) and any whose value, stripped, is one of
+        ``secrets`` (the replicas' token, under whatever name it was also put)."""
+        return _frozen(
+            {
+                name: value
+                for name, value in self.variables.items()
+                if name not in names and value.strip() not in secrets
+            }
+        )
 
 
 def read_environment(environ: Mapping[str, str] | None = None) -> Environment:

@@ -51,6 +51,48 @@ def _model_problems(config: Config) -> list[tuple[str, str]]:
     return problems
 
 
+def _access_problems(config: Config) -> list[tuple[str, str]]:
+    """Who may act: the replicas' shared token (read here, once) and an API that can spend."""
+    problems: list[tuple[str, str]] = []
+    replicas = config.replicas
+    if replicas is not None and replicas.token_file is None:
+        problems.append(
+            (
+                "replicas.token_file",
+                "is required with replicas: a file holding the shared secret the replicas send "
+                "each other (mounted from a Secret); without it anyone who reaches the admin "
+                "port could fence targets or report spend",
+            )
+        )
+    elif replicas is not None and replicas.token_file is not None:
+        path = Path(config.base_dir, replicas.token_file)
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            problems.append(
+                ("replicas.token_file", f"{str(path)!r} cannot be read: {exc.strerror}")
+            )
+        else:
+            if not token or len(token.split()) != 1:
+                problem = f"{str(path)!r}: expected one token (no spaces) on one line"
+                problems.append(("replicas.token_file", problem))
+            else:
+                config.set_replicas_token(token)
+    api, policy = config.api, config.policy
+    pays = any(p.cloud is not None for m in config.models.values() for p in m.placements)
+    spends = pays and policy.daily_cloud_budget_usd > 0
+    if spends and api.api_keys_file is None and not api.allow_anonymous:
+        problems.append(
+            (
+                "api.api_keys_file",
+                "is required when a cloud placement can spend policy.daily_cloud_budget_usd: "
+                "without client keys anyone who reaches the public port spends it (set "
+                "api.allow_anonymous: true if that is meant)",
+            )
+        )
+    return problems
+
+
 def _workflow_problem(path: Path) -> str | None:
     try:
         graph = json.loads(path.read_text(encoding="utf-8"))
@@ -131,7 +173,8 @@ def parse_config(
     except ValidationError as exc:
         problems = [(_key_path(err["loc"]), _describe(err)) for err in exc.errors()]
         raise ConfigError(source, problems) from exc
-    if model_problems := _model_problems(config) + _engine_problems(config):
+    problems = _model_problems(config) + _engine_problems(config) + _access_problems(config)
+    if model_problems := problems:
         raise ConfigError(source, model_problems)
     return config
 

@@ -54,6 +54,15 @@ class ServerSettings(Frozen):
     """One log line per request on the ``warmgate.access`` logger."""
     trust_forwarded: bool = False
     """Append to an incoming X-Forwarded-For instead of replacing it (behind a trusted gateway)."""
+    log_query: bool = False
+    """Write the request's query string in the access log too. Off by default: tokens and
+    signed URLs travel in query strings, and a log is read by more people than a Secret."""
+
+
+def logged_path(raw_path: str, log_query: bool) -> str:
+    """A request target as the access log writes it: without its query string unless
+    ``server.log_query`` (tokens and signed URLs travel there)."""
+    return raw_path if log_query else raw_path.partition("?")[0]
 
 
 class Config(Frozen):
@@ -82,12 +91,32 @@ class Config(Frozen):
     """The file this came from, for messages."""
     base_dir: str = Field(default=".", exclude=True)
     _environment: Environment = PrivateAttr(default_factory=Environment)
+    _replicas_token: str | None = PrivateAttr(default=None)
 
     @property
     def environment(self) -> Environment:
         """The environment as it was when this was loaded (``router.config.env``); not a key of
         the file, never serialized."""
         return self._environment
+
+    @property
+    def replicas_token(self) -> str | None:
+        """The secret the replicas share (``replicas.token_file``'s contents, read when this
+        was loaded); not a key of the file, never serialized."""
+        return self._replicas_token
+
+    def set_replicas_token(self, token: str) -> None:
+        """Set by the loader once it has read ``replicas.token_file``."""
+        self._replicas_token = token
+
+    @property
+    def child_environment(self) -> Mapping[str, str]:
+        """The base of a ``process`` child's environment: warmgate's own, less every variable a
+        cloud's ``api_key_env`` names and any whose value is the replicas' token (an engine and
+        its third-party plugins never see warmgate's secrets)."""
+        names = {cloud.api_key_env for cloud in self.clouds.values()}
+        secrets = {self._replicas_token} if self._replicas_token else set()
+        return self._environment.for_children(names, secrets)
 
     @model_validator(mode="after")
     def _carry_environment(self, info: ValidationInfo) -> Config:

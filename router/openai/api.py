@@ -22,7 +22,7 @@ from prometheus_client import Gauge
 
 from backends.base import Cloud
 from backends.registry import make_cloud
-from router.config import Config
+from router.config import Config, logged_path
 from router.errors import RequestError
 from router.metrics import Metrics
 from router.openai.budget import Budget
@@ -213,7 +213,7 @@ class OpenAIApi:
             '%s "%s %s" %s model=%s decision="%s" id=%s %.3fs %s',
             request.remote,
             request.method,
-            request.path,
+            logged_path(request.raw_path, self.config.server.log_query),
             response.status,
             call.model if call is not None else "-",
             decision,

@@ -13,6 +13,7 @@ from aiohttp import web
 from yarl import URL
 
 from backends.base import RequestFacts
+from router.config import logged_path
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
 from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
@@ -52,6 +53,7 @@ class Dispatcher:
         *,
         trust_forwarded: bool,
         access_log: bool,
+        log_query: bool = False,
     ) -> None:
         self.table = table
         self.runtimes = runtimes
@@ -59,6 +61,8 @@ class Dispatcher:
         self.metrics = metrics
         self.trust_forwarded = trust_forwarded
         self.access_log = access_log
+        self.log_query = log_query
+        """The access log writes the query string too (``server.log_query``)."""
         self.waiting_page: WaitingPageHook | None = None
         self.loop = asyncio.get_running_loop()
         self._counters: dict[tuple[str, str, int], Any] = {}
@@ -166,7 +170,7 @@ class Dispatcher:
                 '%s "%s %s" %s target=%s %.3fs',
                 request.remote,
                 request.method,
-                request.raw_path,
+                logged_path(request.raw_path, self.log_query),
                 response.status,
                 target,
                 self.loop.time() - started,

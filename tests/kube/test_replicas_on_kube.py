@@ -56,6 +56,7 @@ def replicas_config(
         "namespace": lab.namespace,
         "service": "warmgate-peers",
         "port": "admin",
+        "token_file": str(ROOT / "tests" / "replicas-token"),  # the secret they share
         **TIMING,
         **timing,
     }

@@ -1,0 +1,110 @@
+"""The replicas' endpoints that change state answer only to the token the replicas share
+(``replicas.token_file``): a fence, an unfence or a report without it is a 401, and a report of
+a negative or non-finite spend is a 400 however it is signed. Every request one replica makes of
+another carries the token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.helpers import ROOT, serve_app, warmgate
+from tests.test_replicas_budget import table  # noqa: F401 - a fixture
+
+TOKEN_FILE = ROOT / "tests" / "replicas-token"
+TOKEN = TOKEN_FILE.read_text().strip()
+STATE_CHANGING = ("/replicas/fence", "/replicas/unfence", "/replicas/report")
+
+
+def config(identity: str) -> dict[str, Any]:
+    return {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "127.0.0.1:0",
+        "server": {"access_log": False},
+        "targets": {"t": {"routes": [{}], "backend": {"kind": "static", "url": "http://x:1"}}},
+        "replicas": {
+            "namespace": "w",
+            "service": "p",
+            "identity": identity,
+            "poll_interval": "50ms",
+            "token_file": str(TOKEN_FILE),
+        },
+    }
+
+
+async def post(admin: str, path: str, body: object, token: str | None) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(admin + path, data=json.dumps(body), headers=headers) as resp,
+    ):
+        text = await resp.text()
+        if resp.status == 401:
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+        return resp.status, text
+
+
+@pytest.mark.parametrize("path", STATE_CHANGING)
+async def test_state_changing_endpoints_need_the_shared_token(
+    path: str,
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    body = {"target": "t", "leader": "intruder", "seconds": 5, "replica": "intruder"}
+    async with warmgate(config("me")) as wg:
+        table["me"] = wg.admin
+        assert (await post(wg.admin, path, body, None))[0] == 401
+        assert (await post(wg.admin, path, body, "not-the-token"))[0] == 401
+        assert (await post(wg.admin, path, body, TOKEN + "x"))[0] == 401
+        status, _ = await post(wg.admin, path, body, TOKEN)
+        assert status == 200
+        async with aiohttp.ClientSession() as http, http.get(wg.admin + "/replicas") as resp:
+            assert resp.status == 200, "reading stays open"
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {"day": "2030-01-01", "usd": -1000.0},
+        {"day": "2030-01-01", "usd": float("nan")},
+        {"day": "2030-01-01", "usd": float("-inf")},
+        {"day": "2030-01-01", "usd": 1.0, "remembered": {"gone": {"day": "2030-01-01", "usd": -5}}},
+        {"day": "2030-01-01", "usd": "lots"},
+    ],
+)
+async def test_a_report_of_a_negative_or_non_finite_spend_is_a_400(
+    budget: dict[str, Any],
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    body = {"replica": "other", "targets": {}, "budget": budget}
+    async with warmgate(config("me")) as wg:
+        table["me"] = wg.admin
+        status, text = await post(wg.admin, "/replicas/report", body, TOKEN)
+        assert status == 400, text
+        assert "usd" in text
+
+
+async def test_a_replica_sends_the_token_to_the_others(
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    heard: list[str | None] = []
+    read = asyncio.Event()
+
+    async def activity(request: web.Request) -> web.Response:
+        heard.append(request.headers.get("Authorization"))
+        read.set()
+        return web.json_response({"replica": "other", "targets": {}})
+
+    app = web.Application()
+    app.router.add_get("/replicas/activity", activity)
+    async with serve_app(app) as other, warmgate(config("me")) as wg:
+        table.update({"me": wg.admin, "other": other})
+        async with asyncio.timeout(10):
+            await read.wait()
+    assert heard[0] == f"Bearer {TOKEN}"
