@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test check lint format typecheck imports dockerfiles bench loadtest chromium promtool clean
+.PHONY: install demo test test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool clean
 
 install: $(STAMP)
 
@@ -25,6 +25,19 @@ demo: install
 
 test: install chromium promtool kube-bins
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q
+	$(MAKE) test-aiohttp-floor
+
+# The suite above runs on the newest aiohttp pip resolves (pyproject: >=3.12.14,<4); this runs the
+# HTTP-facing tests again on the floor, installed apart (.aiohttp-floor, first on the path), since
+# warmgate leans on aiohttp's parser and server internals.
+AIOHTTP_FLOOR := 3.12.14
+FLOOR_DIR := .aiohttp-floor
+HTTP_TESTS = tests/test_proxy.py tests/test_server.py tests/test_upstream.py tests/http $(wildcard tests/test_websocket*.py)
+
+test-aiohttp-floor: install
+	test -d $(FLOOR_DIR)/aiohttp-$(AIOHTTP_FLOOR).dist-info || (rm -rf $(FLOOR_DIR) && $(BIN)/pip install -q --no-deps --target $(FLOOR_DIR) aiohttp==$(AIOHTTP_FLOOR))
+	PYTHONPATH=$(FLOOR_DIR) $(BIN)/python -c 'import aiohttp, sys; print("aiohttp", aiohttp.__version__, "from", aiohttp.__file__); sys.exit(aiohttp.__version__ != "$(AIOHTTP_FLOOR)")'
+	PYTHONPATH=$(FLOOR_DIR) $(BIN)/python -m pytest -q $(HTTP_TESTS)
 
 # Debian's chromium drives the waiting-page test (playwright uses it; it downloads no browser).
 chromium:
@@ -63,5 +76,5 @@ loadtest: install
 	$(BIN)/python -m loadtests.loadtest $(LOADTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) $(FLOOR_DIR) .mypy_cache .ruff_cache .pytest_cache *.egg-info
 	rm -f router/cluster/keda_proto/*_pb2*.py router/cluster/keda_proto/*_pb2*.pyi

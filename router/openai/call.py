@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from aiohttp import web
 
@@ -13,9 +13,17 @@ from router.openai.costs import Bound
 from router.openai.credentials import Client
 from router.openai.policy import Ask
 
-REQUEST_ID: Final = web.RequestKey("warmgate_request_id", str)
+
+def _request_key(name: str) -> web.RequestKey[str]:
+    """A typed key of a request's storage where aiohttp has them (3.13 on, which warns about
+    plain names); the plain name on older versions (the floor, 3.12.14)."""
+    make = getattr(web, "RequestKey", None)
+    return make(name, str) if make is not None else cast("web.RequestKey[str]", name)
+
+
+REQUEST_ID: Final = _request_key("warmgate_request_id")
 """Set on every API request; answered as ``x-request-id``."""
-DECISION: Final = web.RequestKey("warmgate_decision", str)
+DECISION: Final = _request_key("warmgate_decision")
 """The last decision's header value; answered as ``X-Warmgate-Decision``."""
 
 DECISION_HEADER: Final = "X-Warmgate-Decision"
