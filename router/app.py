@@ -18,6 +18,7 @@ from router.cluster.routes import add_routes
 from router.config import Config
 from router.dashboard import add_dashboard
 from router.http.h1.pool import UpstreamConnector
+from router.http.websocket import UpstreamSocket
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.metrics import Metrics
 from router.openai.api import build_openai_api
@@ -55,6 +56,7 @@ def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
         cookie_jar=aiohttp.DummyCookieJar(),  # never keep one user's cookies for the next
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         trust_env=False,
+        ws_response_class=UpstreamSocket,  # a close without a code forwarded as one
     )
 
 

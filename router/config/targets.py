@@ -62,6 +62,10 @@ class Limits(Frozen):
     """Largest request body in bytes; bigger -> 413. 100 MiB fits image and video uploads."""
     max_connections: int = Field(default=0, ge=0)
     """Upstream connections per target (0: unlimited). Keep-alive pooled."""
+    max_ws_message: Size = Field(default=64 * 2**20, ge=1)
+    """Largest websocket message in bytes, either way (its frames assembled); bigger -> the
+    websocket is closed with 1009 on both sides. 64 MiB holds a large preview image or a
+    latent; without a bound one client could make warmgate assemble gigabytes in memory."""
 
 
 def _idle_after(value: object) -> object:

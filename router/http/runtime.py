@@ -49,6 +49,9 @@ class Limits(Protocol):
     @property
     def max_body(self) -> int: ...
 
+    @property
+    def max_ws_message(self) -> int: ...
+
 
 class Spec(Protocol):
     @property

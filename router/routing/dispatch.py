@@ -4,6 +4,7 @@ forward, account. Errors from any step become one reply (router.http.replies).""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -99,13 +100,8 @@ class Dispatcher:
                 state, cold_wait = _ready(
                     await runtime.acquire(self._facts(request, match, websocket))
                 )
-            if websocket:
-                return self._account(
-                    request,
-                    runtime,
-                    started,
-                    await self._websocket(request, runtime, state, match, cold_wait),
-                )
+            if websocket:  # accounted when it ends, however it ends
+                return await self._websocket(request, runtime, state, match, cold_wait, started)
             ep = endpoint(runtime.pick_endpoint(state))
             body, chunked, end = request_body(request, runtime)
             runtime.activity.begin(runtime.loop.time())
@@ -237,6 +233,7 @@ class Dispatcher:
         state: TargetState,
         match: Match,
         cold_wait: float | None,
+        started: float,
     ) -> web.StreamResponse:
         raw = request.raw_path
         mark = raw.find("?")
@@ -254,7 +251,8 @@ class Dispatcher:
             skip=WEBSOCKET_HANDSHAKE,
         )
         session = self.sessions[runtime.name]
-        return await forward_websocket(request, runtime, session, url, headers, cold_wait)
+        ended = functools.partial(self._account, request, runtime, started)
+        return await forward_websocket(request, runtime, session, url, headers, cold_wait, ended)
 
 
 def _ready(held: HoldResult) -> tuple[TargetState, float | None]:

@@ -1,0 +1,191 @@
+"""Websockets through warmgate against real upstream servers on 127.0.0.1: closes with and
+without a code, reasons, the message size limit, activity from the upgrade on, and accounting
+however a websocket ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType, web
+
+from tests.helpers import metric_value, serve_app, static_config, wait_until, warmgate
+
+SEEN = web.AppKey("seen", list)
+"""What the upstream's websockets received, in order: messages, then how each ended."""
+ACCEPT = web.AppKey("accept", asyncio.Event)
+"""Set to let ``/slow-ws`` answer its upgrade."""
+
+
+def upstream() -> web.Application:
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        sock = web.WebSocketResponse(autoclose=False, max_msg_size=0)
+        await sock.prepare(request)
+        seen = request.app[SEEN]
+        while True:
+            msg = await sock.receive()
+            if msg.type is WSMsgType.TEXT and msg.data == "close-without-code":
+                await sock.send_frame(b"", WSMsgType.CLOSE)
+                seen.append(("reply", (await sock.receive()).type))
+                break
+            if msg.type is WSMsgType.TEXT and msg.data.startswith("close:"):
+                seen.append(("closing", int(msg.data[6:])))
+                await sock.close(code=int(msg.data[6:]))
+                break
+            if msg.type is WSMsgType.TEXT and msg.data.startswith("send:"):
+                await sock.send_str("x" * int(msg.data[5:]))
+            elif msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                seen.append(("message", len(msg.data)))
+                await sock.send_str(f"got {len(msg.data)}")
+            elif msg.type is WSMsgType.CLOSE:
+                seen.append(("close", msg.data, msg.extra))
+                await sock.close(code=1000)
+                break
+            else:  # an ERROR: a frame aiohttp could not accept (a close code 0 is one)
+                seen.append(("error", getattr(msg.data, "code", None)))
+                break
+        return sock
+
+    async def slow_ws(request: web.Request) -> web.WebSocketResponse:
+        await request.app[ACCEPT].wait()
+        return await ws(request)
+
+    app = web.Application()
+    app[SEEN] = []
+    app[ACCEPT] = asyncio.Event()
+    app.router.add_get("/ws", ws)
+    app.router.add_get("/slow-ws", slow_ws)
+    return app
+
+
+@pytest.fixture
+async def stack(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    target: dict[str, Any] = getattr(request, "param", {})
+    app = upstream()
+    config = static_config("", **target)
+    async with serve_app(app) as url:
+        config["targets"]["t"]["backend"]["url"] = url
+        config["server"] = {"access_log": True}
+        async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+            yield wg, client, app
+
+
+async def test_a_close_without_a_code_is_forwarded_without_one(stack) -> None:  # type: ignore[no-untyped-def]
+    wg, client, app = stack
+    # A browser's ws.close() sends a close frame with no body at all.
+    ws = await client.ws_connect(wg.url + "/ws", autoclose=False)
+    await ws.send_str("hi")
+    assert (await ws.receive()).data == "got 2"
+    await ws.send_frame(b"", WSMsgType.CLOSE)
+    reply = await ws.receive()
+    assert reply.type is WSMsgType.CLOSE, reply
+    await ws.close()
+    await wait_until(lambda: len(app[SEEN]) == 2)
+    # aiohttp reports a close without a code as 0; a code 0 on the wire is a protocol error.
+    assert app[SEEN][1] == ("close", 0, "")
+
+    # And the other way: the upstream closes without a code.
+    app[SEEN].clear()
+    ws = await client.ws_connect(wg.url + "/ws", autoclose=False)
+    await ws.send_str("close-without-code")
+    msg = await ws.receive()
+    assert (msg.type, msg.data, msg.extra) == (WSMsgType.CLOSE, 0, "")
+    await ws.close()
+    await wait_until(lambda: len(app[SEEN]) == 1)
+    assert app[SEEN] == [("reply", WSMsgType.CLOSE)]
+
+
+async def test_a_close_reason_is_cut_on_a_character_boundary(stack) -> None:  # type: ignore[no-untyped-def]
+    wg, client, _ = stack
+    async with client.ws_connect(wg.url + "/ws") as ws:
+        await ws.send_str("hi")
+        await ws.receive()
+        (close,) = wg.runtime().activity.streams.values()
+        # 2 + 123 bytes is the most a close frame may carry; "é" is 2 bytes in UTF-8.
+        await close(1001, "é" * 100)
+        msg = await ws.receive()
+    assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1001)
+    assert msg.extra == "é" * 61
+
+
+@pytest.mark.parametrize("stack", [{"limits": {"max_ws_message": "1KiB"}}], indirect=True)
+async def test_a_message_over_max_ws_message_closes_with_1009_both_ways(stack) -> None:  # type: ignore[no-untyped-def]
+    wg, client, app = stack
+    async with client.ws_connect(wg.url + "/ws", max_msg_size=0) as ws:
+        await ws.send_str("x" * 1024)  # at the limit: forwarded
+        assert (await ws.receive()).data == "got 1024"
+        await ws.send_bytes(b"x" * 1025)
+        msg = await ws.receive()
+    assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1009)
+    await wait_until(lambda: len(app[SEEN]) == 2)
+    assert app[SEEN][0] == ("message", 1024) and app[SEEN][1][:2] == ("close", 1009)
+
+    app[SEEN].clear()
+    async with client.ws_connect(wg.url + "/ws", max_msg_size=0) as ws:
+        await ws.send_str("send:1025")  # the upstream's own message is too big for the client
+        msg = await ws.receive()
+    assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1009)
+    await wait_until(lambda: len(app[SEEN]) == 1)
+    assert app[SEEN][0][:2] == ("close", 1009)
+
+
+def test_max_ws_message_defaults_to_64_mib() -> None:
+    from router.config.targets import Limits
+
+    assert Limits().max_ws_message == 64 * 2**20
+
+
+async def test_a_websocket_is_activity_while_its_upstream_connects(stack) -> None:  # type: ignore[no-untyped-def]
+    wg, client, app = stack
+    activity = wg.runtime().activity
+    connecting = asyncio.ensure_future(client.ws_connect(wg.url + "/slow-ws"))
+    await wait_until(lambda: activity.in_flight == 1)
+    assert activity.idle_since(60.0) is None
+    app[ACCEPT].set()
+    ws = await connecting
+    # Connected: a generic engine's websocket counts by its frames, not in flight.
+    await wait_until(lambda: activity.in_flight == 0)
+    await ws.close()
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "warmgate.access"]
+
+
+@pytest.mark.parametrize("ending", ["client closes", "client drops", "upstream closes"])
+async def test_every_websocket_is_logged_and_counted_once_however_it_ends(  # type: ignore[no-untyped-def]
+    stack, caplog: pytest.LogCaptureFixture, ending: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="warmgate.access")
+    wg, client, _ = stack
+    ws = await client.ws_connect(wg.url + "/ws")
+    await ws.send_str("hi")
+    await ws.receive()
+    if ending == "client closes":
+        await ws.close()
+    elif ending == "client drops":
+        sock: socket.socket | None = ws.get_extra_info("socket")
+        assert sock is not None
+        sock.shutdown(socket.SHUT_RDWR)
+        await ws.receive()
+    else:
+        await ws.send_str("close:4000")
+        assert (await ws.receive()).data == 4000
+
+    async def counted() -> float:
+        return await metric_value(
+            wg.admin, "warmgate_requests_total", target="t", method="GET", code="101"
+        )
+
+    for _ in range(250):
+        if await counted() and access_lines(caplog):
+            break
+        await asyncio.sleep(0.02)
+    assert await counted() == 1
+    (line,) = access_lines(caplog)
+    assert '"GET /ws" 101 target=t' in line
+    assert wg.runtime().activity.streams == {}
