@@ -90,6 +90,14 @@ class HoldTimeout(RequestError):
     code = "cold_start_timeout"
 
 
+class ShuttingDown(RequestError):
+    """warmgate is draining (SIGTERM): no cold start begins, so a request that would wait for
+    one is answered at once; another replica, or this one restarted, serves it."""
+
+    status = 503
+    code = "shutting_down"
+
+
 class TargetAsleep(RequestError):
     """The target is scaled to zero and this request may not wake it (an idle tab's websocket)."""
 

@@ -48,8 +48,9 @@ def _shared(cache: dict[Any, Any], value: Any) -> Any:
 
 
 class _GuardedHandler(RequestHandler):
-    """A connection that must deliver a complete request head within its server's
-    ``header_timeout``.
+    """A connection that must deliver each complete request head within its server's
+    ``header_timeout``: the first from when the connection opens, each later one on a
+    keep-alive connection from its first byte (the wait before it is ``keepalive_timeout``'s).
 
     Lean, since every request held or in flight costs one: the message queue is a list, and
     aiohttp's first keep-alive timer is dropped because the head timer already closes a
@@ -97,10 +98,21 @@ class _GuardedHandler(RequestHandler):
         return _shared(_PEERS, name[0]) if isinstance(name, tuple) and name else name
 
     def data_received(self, data: bytes) -> None:
+        heads = self._request_count
         super().data_received(data)
-        if self._head_timer is not None and (self._messages or self._task_handler is None):
-            self._head_timer.cancel()
-            self._head_timer = None
+        if self._request_count != heads or self._task_handler is None:  # a head is complete
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+        elif self._head_timer is None and data and self._between_requests():
+            # The first bytes of the next head on a keep-alive connection: it has as long.
+            limit = getattr(self._manager, "header_timeout", 10.0)
+            self._head_timer = self._loop.call_later(limit, self._head_too_slow)
+
+    def _between_requests(self) -> bool:
+        """No request is being handled (its body read) and the connection is still HTTP."""
+        upgraded = getattr(self, "_upgraded", False) or getattr(self, "_upgrade", False)
+        return not (self._request_in_progress or upgraded or self._force_close or self._close)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._head_timer is not None:
@@ -110,7 +122,7 @@ class _GuardedHandler(RequestHandler):
 
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        if self._request_count == 0:
+        if not self._request_in_progress:  # a head still incomplete: a slowloris client
             self.force_close()
 
 
@@ -196,6 +208,8 @@ class Server:
         """Stop accepting, drain in-flight requests up to ``drain_grace``, stop the targets."""
         if self.apps is not None:
             self.apps.readiness.listening = False
+            for runtime in self.apps.public[RUNTIMES].values():
+                runtime.shut_down()  # no cold start begins; held requests get 503 now
         for runner in self._runners:
             await runner.cleanup()
         self._runners = []

@@ -7,9 +7,10 @@ reports whether it was a cold start and how long it took. It never polls.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from router.errors import HoldTimeout, Shedding, TargetFailed
+from router.errors import HoldTimeout, Shedding, ShuttingDown, TargetFailed
 from router.scale.state import Phase, StateCell, TargetState
 
 
@@ -21,16 +22,36 @@ class HoldResult:
     cold: bool
 
 
+SHUTDOWN_RETRY_AFTER = 5.0
+"""Retry-After (seconds) for a request that would wait for a cold start during the drain: the
+other replicas serve it at once, a restarted warmgate in seconds."""
+
+
+def shutting_down(target: str) -> ShuttingDown:
+    return ShuttingDown(
+        f"warmgate is shutting down; target {target!r} is not started now",
+        target=target,
+        retry_after=SHUTDOWN_RETRY_AFTER,
+    )
+
+
 async def wait_ready(
-    cell: StateCell, target: str, limit: float, loop: asyncio.AbstractEventLoop
+    cell: StateCell,
+    target: str,
+    limit: float,
+    loop: asyncio.AbstractEventLoop,
+    closing: Callable[[], bool] = lambda: False,
 ) -> HoldResult:
-    """Wait until the target is ready. Raises :class:`HoldTimeout` past ``limit`` seconds and
-    :class:`TargetFailed` when its cold start fails."""
+    """Wait until the target is ready. Raises :class:`HoldTimeout` past ``limit`` seconds,
+    :class:`TargetFailed` when its cold start fails and :class:`ShuttingDown` once ``closing()``
+    (the SIGTERM drain: the cell wakes its waiters then)."""
     started = loop.time()
     before = cell.current
 
     def settled(state: TargetState) -> bool:
         # A failure that was already there when the wait began belongs to the previous try.
+        if state.phase is not Phase.READY and closing():
+            return True
         return state.phase is Phase.READY or (state.phase is Phase.FAILED and state is not before)
 
     try:
@@ -40,6 +61,8 @@ async def wait_ready(
         raise HoldTimeout(
             f"target {target!r} did not become ready within {limit:g}s", target=target
         ) from None
+    if state.phase is not Phase.READY and closing():
+        raise shutting_down(target)
     if state.phase is Phase.FAILED:
         raise TargetFailed(
             f"target {target!r} could not be started; it is retried after a backoff",

@@ -122,6 +122,7 @@ class Lifecycle:
             fenced_until=self.fencing.fenced_until,
             idle_after=rt.idle_after(),
             kept_warm=kept_warm,
+            closing=rt.closing,
         )
 
     async def _run(self) -> None:

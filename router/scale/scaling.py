@@ -63,6 +63,8 @@ class View:
     ``None``: the config's fixed value."""
     kept_warm: bool = False
     """Inside a ``scaling.keep_warm`` window: started ahead of use, never released for idleness."""
+    closing: bool = False
+    """warmgate is draining (SIGTERM): no cold start begins."""
 
     @property
     def release_after(self) -> float:
@@ -93,6 +95,8 @@ def decide(v: View) -> Step:
     if v.always_on:
         return Step(Act.WAIT)
     phase = state.phase
+    if v.closing and (phase is Phase.COLD or phase is Phase.FAILED):
+        return Step(Act.WAIT)  # the SIGTERM drain: no cold start begins
 
     if phase is Phase.COLD:
         if obs.running and not obs.crashed:

@@ -64,6 +64,11 @@ class StateCell:
             listener(old, new)
         changed.set()
 
+    def wake_all(self) -> None:
+        """Wake every waiter without a change, so each looks again (warmgate is draining)."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
     async def wait_for(self, predicate: Callable[[TargetState], bool]) -> TargetState:
         """Wait until ``predicate(current)`` holds; returns that snapshot. No polling."""
         while not predicate(self.current):

@@ -16,7 +16,7 @@ from router.config import Economics, Target
 from router.errors import TargetAsleep
 from router.metrics import Metrics
 from router.scale.activity import Activity
-from router.scale.hold import HoldResult, admission_error, wait_ready
+from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.idling import IdleRule
 from router.scale.state import Phase, StateCell, TargetState
 
@@ -58,6 +58,8 @@ class TargetRuntime:
         self.activity.on_resume = self._resumed
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
+        self.closing = False
+        """warmgate is draining (SIGTERM): no cold start begins (:meth:`shut_down`)."""
         self.on_first_hold: list[Callable[[], None]] = []
         """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
         self._next_endpoint = 0
@@ -144,6 +146,15 @@ class TargetRuntime:
     def may_wake(self, facts: RequestFacts) -> bool:
         return self.engine.wakes(facts)
 
+    def shut_down(self) -> None:
+        """SIGTERM: from now on no cold start begins; held requests are answered 503."""
+        self.closing = True
+        self.cell.wake_all()
+        self.wake.set()
+
+    def closed(self) -> bool:
+        return self.closing
+
     async def acquire(self, facts: RequestFacts) -> HoldResult:
         """A state with endpoints to forward to; holds through a cold start when needed.
 
@@ -164,6 +175,8 @@ class TargetRuntime:
         error = admission_error(
             state, self.activity.held, self.spec.scaling.max_held, self.name, now
         )
+        if self.closing:
+            raise shutting_down(self.name)  # the drain: no cold start begins
         if error is not None:
             self.metrics.hold_outcomes.labels(
                 self.name, "shed" if error.code == "overloaded" else "failed"
@@ -179,7 +192,7 @@ class TargetRuntime:
                 for listener in self.on_first_hold:
                     listener()
             result = await wait_ready(
-                self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop
+                self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop, self.closed
             )
             outcome = "ready"
             return result
