@@ -1,8 +1,12 @@
 """A real, throwaway Kubernetes control plane for tests: etcd + kube-apiserver +
-kube-controller-manager (v1.20.2, built by tools/kube/build.sh), on free loopback ports.
+kube-controller-manager + kube-scheduler (v1.20.2, built by tools/kube/build.sh), on free
+loopback ports.
 
 Plain module (no pytest): ``with KubeCluster.start() as c: ...``. Nothing runs pods; see
-kubelet.py for the test kubelet. Recipe: shared/notes/real-kube-apiserver.md.
+kubelet.py for the test kubelet. The scheduler binds pods to the test kubelet's Node (which
+advertises one ``nvidia.com/gpu``), so Unschedulable and preemption are the real scheduler's;
+a cache built before the scheduler was added has none, and the test kubelet binds pods itself
+(``KubeCluster.has_scheduler``). Recipe: shared/notes/real-kube-apiserver.md.
 """
 
 from __future__ import annotations
@@ -44,13 +48,21 @@ class KubeBinaries:
     apiserver: Path
     controller_manager: Path
     etcd: Path
+    scheduler: Path | None = None
+    """kube-scheduler, when the cache has it (``None``: pods are bound by the test kubelet)."""
 
     @classmethod
     def find(cls) -> KubeBinaries | None:
         """The cached build (``$WARMGATE_KUBE_CACHE/v1.20.2``) and Debian's etcd, or None."""
         cache = Path(os.environ.get("WARMGATE_KUBE_CACHE") or DEFAULT_CACHE) / KUBE_VERSION
         etcd = os.environ.get("WARMGATE_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
-        found = cls(cache / "kube-apiserver", cache / "kube-controller-manager", Path(etcd))
+        scheduler = cache / "kube-scheduler"
+        found = cls(
+            cache / "kube-apiserver",
+            cache / "kube-controller-manager",
+            Path(etcd),
+            scheduler if os.access(scheduler, os.X_OK) else None,
+        )
         return found if found.missing() == [] else None
 
     def missing(self) -> list[str]:
@@ -222,7 +234,7 @@ class KubeCluster:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="warmgate-kube-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.admin_token = secrets.token_hex(16)
-        etcd_client, etcd_peer, api_port, kcm_port = _free_ports(4)
+        etcd_client, etcd_peer, api_port, kcm_port, scheduler_port = _free_ports(5)
         self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         self.port = api_port
         self.base_url = f"https://127.0.0.1:{api_port}"
@@ -290,7 +302,33 @@ class KubeCluster:
             ],
             self.workdir / "kube-controller-manager.log",
         )
+        self.scheduler_url = f"https://127.0.0.1:{scheduler_port}"
+        self._scheduler = (
+            _Proc(
+                "kube-scheduler",
+                [
+                    str(binaries.scheduler),
+                    f"--kubeconfig={self.kubeconfig_path}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={scheduler_port}",
+                    "--port=0",
+                    "--leader-elect=false",
+                ],
+                self.workdir / "kube-scheduler.log",
+            )
+            if binaries.scheduler is not None
+            else None
+        )
         self._endpointslice_version: str | None = None
+
+    @property
+    def has_scheduler(self) -> bool:
+        """kube-scheduler runs: it binds pods (the test kubelet only runs them)."""
+        return self._scheduler is not None
+
+    def _procs(self) -> list[_Proc]:
+        procs = [self._etcd, self._apiserver, self._controller_manager]
+        return procs + ([self._scheduler] if self._scheduler is not None else [])
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -335,6 +373,16 @@ class KubeCluster:
             self._controller_manager,
             timeout,
         )
+        if self._scheduler is not None:
+            self._scheduler.start()
+            unverified = ssl.create_default_context()
+            unverified.check_hostname = False
+            unverified.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed
+            self._wait(
+                lambda: self._http_ok(f"{self.scheduler_url}/healthz", unverified),
+                self._scheduler,
+                timeout,
+            )
 
     def _start_apiserver(self, timeout: float) -> None:
         t0 = time.monotonic()
@@ -360,7 +408,7 @@ class KubeCluster:
             self._start_apiserver(timeout)
 
     def stop(self) -> None:
-        for p in (self._controller_manager, self._apiserver, self._etcd):
+        for p in reversed(self._procs()):
             p.stop(5.0)
         atexit.unregister(self.stop)
         if self._own_workdir and not os.environ.get("WARMGATE_KUBE_KEEP"):
@@ -376,13 +424,10 @@ class KubeCluster:
 
     @property
     def pids(self) -> dict[str, int | None]:
-        return {p.name: p.pid for p in (self._etcd, self._apiserver, self._controller_manager)}
+        return {p.name: p.pid for p in self._procs()}
 
     def logs(self, n: int = 30) -> str:
-        return "\n".join(
-            f"--- {p.name} ({p.log})\n{p.tail(n)}"
-            for p in (self._etcd, self._apiserver, self._controller_manager)
-        )
+        return "\n".join(f"--- {p.name} ({p.log})\n{p.tail(n)}" for p in self._procs())
 
     def _wait(self, check: Any, proc: _Proc, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -403,9 +448,9 @@ class KubeCluster:
             self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
         return self._ssl
 
-    def _http_ok(self, url: str) -> bool:
+    def _http_ok(self, url: str, context: ssl.SSLContext | None = None) -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
                 return bool(200 <= r.status < 300)
         except (OSError, urllib.error.HTTPError):
             return False

@@ -25,7 +25,8 @@ from .kubelet import TestKubelet
 
 @pytest.fixture(scope="session", name="kube_cluster")
 def kube_cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    """etcd + kube-apiserver + kube-controller-manager, one per test session."""
+    """etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler when built), one per
+    test session."""
     bins = KubeBinaries.find()
     if bins is None:
         msg = (
@@ -58,7 +59,8 @@ async def kubelet_fixture(kube_cluster: KubeCluster, tmp_path: Path) -> AsyncIte
     """The test kubelet, running in the test's event loop; pod logs go to tmp_path/pods."""
     api = await new_api_client(kube_cluster.kubeconfig_path)
     try:
-        async with TestKubelet(api, log_dir=tmp_path / "pods") as kubelet:
+        bind = not kube_cluster.has_scheduler  # else kube-scheduler binds the pods
+        async with TestKubelet(api, log_dir=tmp_path / "pods", bind=bind) as kubelet:
             yield kubelet
     finally:
         await api.close()

@@ -1,19 +1,27 @@
 """A small test "kubelet" for the real control plane in cluster.py (no container runtime).
 
-It registers a Ready Node, binds Pending pods to it, and runs each pod's first container as a
-local process: ``command + args`` with the container's ``env`` (over this process's env), where
+It registers a Ready Node that advertises ``nvidia.com/gpu: 1`` (an extended resource, so the
+real kube-scheduler decides who gets the GPU), and runs each pod bound to it as a local process:
+the first container's ``command + args`` with its ``env`` (over this process's env), where
 ``{host}`` and ``{port}`` are replaced by the pod's own loopback address (127.0.0.N, N >= 2) and
 its container port. ``status.podIP`` is that address, so the real EndpointSlice controller
 publishes it. The pod turns Ready once its readinessProbe ``httpGet`` answers 2xx/3xx on that
-address (at once when it has no probe), not-ready when the probe fails, Failed when the process
-exits. Pods being deleted have their process stopped and are force-deleted.
+address (at once when it has no probe), not-ready when the probe fails. Pods being deleted have
+their process stopped and are force-deleted.
+
+Image pulls are simulated with real statuses (podstatus.py): a ``warmgate.test/pull-seconds``
+annotation keeps the pod ``ContainerCreating`` that long; an image named ``warmgate.test/bad:...``
+ends in ``ErrImagePull`` then ``ImagePullBackOff``. A process that exits is restarted, as
+``restartPolicy: Always`` says, and from its second exit waits in ``CrashLoopBackOff`` between
+restarts; with ``restartPolicy: Never`` the pod is ``Failed``.
+
+With ``bind=True`` (a cluster without kube-scheduler) the kubelet binds Pending pods itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import itertools
 import os
 import signal
@@ -25,6 +33,19 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from .podstatus import (
+    CRASH_LOOP_AFTER,
+    bad_image,
+    node_status,
+    now,
+    pod_status,
+    probe_port,
+    pull_seconds,
+    running,
+    terminated,
+    waiting,
+)
 
 _Json = dict[str, Any]
 _addresses = itertools.count(2)
@@ -46,10 +67,6 @@ def next_pod_address(port: int) -> str:
         return host
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _subst(s: str, host: str, port: int) -> str:
     return s.replace("{host}", host).replace("{port}", str(port))
 
@@ -59,9 +76,10 @@ class _Workload:
     pod: _Json
     host: str
     port: int
-    proc: asyncio.subprocess.Process
+    proc: asyncio.subprocess.Process | None = None  # None while its image is "pulled"
     ready: bool | None = None  # last state reported to the API (None: nothing yet)
     failed: bool = False
+    restarts: int = 0
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -76,12 +94,22 @@ class TestKubelet:
         node_name: str = "warmgate-test-node",
         log_dir: Path | None = None,
         probe_period: float = 0.2,
+        *,
+        bind: bool = True,
+        gpus: int = 1,
+        crash_backoff: float = 0.5,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
         self.log_dir = log_dir
         self.probe_period = probe_period
+        self.bind = bind
+        """Bind Pending pods to this node (no kube-scheduler in the cluster)."""
+        self.gpus = gpus
+        """``nvidia.com/gpu`` the Node advertises (capacity and allocatable)."""
+        self.crash_backoff = crash_backoff
+        """Seconds before the first restart in ``CrashLoopBackOff`` (doubling, up to 8x)."""
         self.workloads: dict[str, _Workload] = {}  # by pod uid
         self._deleting: set[str] = set()
         self._killing: list[_Workload] = []  # being stopped: stop() finishes them if cancelled
@@ -115,38 +143,6 @@ class TestKubelet:
 
     # -- node ------------------------------------------------------------------------------
 
-    def _node_status(self) -> _Json:
-        now = _now()
-        return {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": self.node_name},
-            ],
-            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
-            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
-            "nodeInfo": {
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-                "kernelVersion": "",
-                "osImage": "",
-                "containerRuntimeVersion": "local://",
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": "v1.20.2",
-                "kubeProxyVersion": "",
-            },
-        }
-
     async def _register_node(self) -> None:
         body: Any = {
             "apiVersion": "v1",
@@ -155,14 +151,23 @@ class TestKubelet:
                 "name": self.node_name,
                 "labels": {"kubernetes.io/hostname": self.node_name},
             },
-            "status": self._node_status(),
+            "status": node_status(self.node_name, self.gpus),
         }
         try:
             await self.core.create_node(body)
         except ApiException as e:
             if e.status != 409:
                 raise
-        await self.core.patch_node_status(self.node_name, {"status": self._node_status()})
+        await self.core.patch_node_status(
+            self.node_name, {"status": node_status(self.node_name, self.gpus)}
+        )
+        # The API server taints a new Node not-ready; the node lifecycle controller (not run
+        # here) lifts that once the Node reports Ready. Lifted here, as it would.
+        await self.core.patch_node(
+            self.node_name,
+            {"spec": {"taints": None}},
+            _content_type="application/merge-patch+json",
+        )
 
     # -- pods ------------------------------------------------------------------------------
 
@@ -212,12 +217,13 @@ class TestKubelet:
                 self._deleting.add(uid)
                 self._spawn(self._delete(pod))
         elif not node:
-            self._spawn(self._bind(pod))
+            if self.bind:  # else kube-scheduler binds it (or says why it cannot)
+                self._spawn(self._bind(pod))
         elif uid not in self.workloads and (pod.get("status") or {}).get("phase") not in (
             "Succeeded",
             "Failed",
         ):
-            await self._launch(pod)
+            self._start(pod)
 
     async def _bind(self, pod: _Json) -> None:
         meta = pod["metadata"]
@@ -253,13 +259,56 @@ class TestKubelet:
         finally:
             self._deleting.discard(meta["uid"])
 
-    async def _launch(self, pod: _Json) -> None:
-        meta, spec = pod["metadata"], pod["spec"]
-        c = spec["containers"][0]
+    def _start(self, pod: _Json) -> None:
+        """Take the pod on at once (later events of it find it here), run it in a task."""
+        c = pod["spec"]["containers"][0]
         ports = [p["containerPort"] for p in c.get("ports") or []]
         probe = (c.get("readinessProbe") or {}).get("httpGet")
-        port = ports[0] if ports else self._probe_port(c, probe) or 8080
-        host = next_pod_address(port)
+        port = ports[0] if ports else probe_port(c, probe) or 8080
+        w = _Workload(pod, next_pod_address(port), port)
+        self.workloads[pod["metadata"]["uid"]] = w
+        w.task = asyncio.create_task(self._run_pod(w, probe, c))
+
+    async def _run_pod(self, w: _Workload, probe: _Json | None, c: _Json) -> None:
+        """Pull (simulated), then run the container, restarting it as its policy says."""
+        pod = w.pod
+        image = bad_image(pod)
+        if image is not None:
+            why = f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}"'
+            await self._report(w, "Pending", False, waiting("ErrImagePull", why))
+            await asyncio.sleep(1.0)
+            backoff = f'Back-off pulling image "{image}"'
+            await self._report(w, "Pending", False, waiting("ImagePullBackOff", backoff))
+            return
+        pull = pull_seconds(pod)
+        if pull > 0:
+            await self._report(w, "Pending", False, waiting("ContainerCreating"))
+            await asyncio.sleep(pull)
+        policy = pod["spec"].get("restartPolicy") or "Always"
+        while True:
+            code = await self._run_container(w, probe, c)
+            if code is None:
+                return  # it could not be started: the pod failed
+            if policy == "Never" or (policy == "OnFailure" and code == 0):
+                w.failed = True
+                phase = "Failed" if code else "Succeeded"
+                await self._report(w, phase, False, terminated(code), retry=True)
+                return
+            w.restarts += 1
+            last = terminated(code)
+            if w.restarts >= CRASH_LOOP_AFTER:
+                delay = self.crash_backoff * 2 ** min(3, w.restarts - CRASH_LOOP_AFTER)
+                name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+                why = f"back-off {delay:g}s restarting failed container={c['name']} pod={name}"
+                state = waiting("CrashLoopBackOff", why)
+                await self._report(w, "Running", False, state, last_state=last, retry=True)
+                await asyncio.sleep(delay)
+
+    async def _run_container(self, w: _Workload, probe: _Json | None, c: _Json) -> int | None:
+        """Start the process, report readiness until it exits; its exit code (``None``: it
+        could not be started, and the pod is reported ``Failed``)."""
+        meta = w.pod["metadata"]
+        host, port = w.host, w.port
         argv = [_subst(a, host, port) for a in (c.get("command") or []) + (c.get("args") or [])]
         env = dict(os.environ)
         fields = {
@@ -280,7 +329,7 @@ class TestKubelet:
         try:
             if not argv:
                 raise ValueError("container has no command (images are not run)")
-            proc = await asyncio.create_subprocess_exec(
+            w.proc = await asyncio.create_subprocess_exec(
                 *argv,
                 env=env,
                 cwd=c.get("workingDir") or None,
@@ -290,97 +339,71 @@ class TestKubelet:
                 start_new_session=True,
             )
         except (OSError, ValueError) as e:
-            await self._patch_status(pod, host, ready=False, failed=True, message=str(e))
-            return
+            w.failed = True
+            await self._report(w, "Failed", False, terminated(1, str(e)), retry=True)
+            return None
         finally:
             if out is not asyncio.subprocess.DEVNULL:
                 out.close()
-        w = _Workload(pod, host, port, proc)
-        self.workloads[meta["uid"]] = w
-        w.task = asyncio.create_task(self._probe_loop(w, probe, c))
-
-    @staticmethod
-    def _probe_port(c: _Json, probe: _Json | None) -> int | None:
-        if not probe:
-            return None
-        port = probe.get("port")
-        if isinstance(port, int):
-            return port
-        for p in c.get("ports") or []:
-            if p.get("name") == port:
-                return int(p["containerPort"])
-        return int(str(port)) if str(port).isdigit() else None
-
-    async def _probe_loop(self, w: _Workload, probe: _Json | None, c: _Json) -> None:
-        assert self._http is not None
-        port = self._probe_port(c, probe) or w.port
+        started = now()
+        w.ready = None
+        port = probe_port(c, probe) or w.port
         url = f"http://{w.host}:{port}{(probe or {}).get('path') or '/'}"
-        while True:
-            if w.proc.returncode is not None:
-                ok, w.failed = False, True
-            elif probe is None:
+        proc = w.proc
+        while proc.returncode is None:
+            if probe is None:
                 ok = True
             else:
                 try:
+                    assert self._http is not None
                     async with self._http.get(url) as r:
                         ok = 200 <= r.status < 400
                 except (aiohttp.ClientError, TimeoutError, OSError):
                     ok = False
-            if ok != w.ready or w.failed:
-                with contextlib.suppress(Exception):  # apiserver away: retry next tick
-                    await self._patch_status(w.pod, w.host, ready=ok, failed=w.failed)
+            if proc.returncode is None and ok != w.ready:
+                last = terminated(1) if w.restarts else None
+                reported = await self._report(w, "Running", ok, running(started), last_state=last)
+                if reported:
                     w.ready = ok
-                    if w.failed:
-                        return
-            await asyncio.sleep(self.probe_period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), self.probe_period)
+        return proc.returncode
 
-    async def _patch_status(
-        self, pod: _Json, host: str, ready: bool, failed: bool = False, message: str = ""
-    ) -> None:
-        meta, c = pod["metadata"], pod["spec"]["containers"][0]
-        now, flag = _now(), "True" if ready else "False"
-        state: _Json = (
-            {
-                "terminated": {
-                    "exitCode": 1,
-                    "reason": "Error",
-                    "message": message,
-                    "finishedAt": now,
-                }
-            }
-            if failed
-            else {"running": {"startedAt": now}}
+    async def _report(
+        self,
+        w: _Workload,
+        phase: str,
+        ready: bool,
+        state: _Json,
+        *,
+        last_state: _Json | None = None,
+        retry: bool = False,
+    ) -> bool:
+        """Patch the pod's status; False when the API server did not take it (away: the
+        caller reports again on its next tick; ``retry``: tried here until it lands)."""
+        host = w.host if state.get("running") is not None or w.proc is not None else None
+        status = pod_status(
+            w.pod,
+            host,
+            phase=phase,
+            ready=ready,
+            state=state,
+            restarts=w.restarts,
+            last_state=last_state,
         )
-        status = {
-            "phase": "Failed" if failed else "Running",
-            "hostIP": "127.0.0.1",
-            "podIP": host,
-            "podIPs": [{"ip": host}],
-            "startTime": (pod.get("status") or {}).get("startTime") or now,
-            "conditions": [
-                {"type": t, "status": s, "lastTransitionTime": now}
-                for t, s in (
-                    ("Initialized", "True"),
-                    ("PodScheduled", "True"),
-                    ("ContainersReady", flag),
-                    ("Ready", flag),
+        meta = w.pod["metadata"]
+        while True:
+            try:
+                await self.core.patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], {"status": status}
                 )
-            ],
-            "containerStatuses": [
-                {
-                    "name": c["name"],
-                    "image": c.get("image") or "",
-                    "imageID": "",
-                    "ready": ready,
-                    "restartCount": 0,
-                    "started": not failed,
-                    "state": state,
-                }
-            ],
-        }
-        await self.core.patch_namespaced_pod_status(
-            meta["name"], meta["namespace"], {"status": status}
-        )
+                return True
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # apiserver away (or the pod gone)
+                if not retry:
+                    return False
+                await asyncio.sleep(self.probe_period)
 
     async def _kill(self, w: _Workload) -> None:
         self._killing.append(w)
@@ -390,12 +413,15 @@ class TestKubelet:
     async def _stop_process(self, w: _Workload) -> None:
         if w.task:
             w.task.cancel()
-        if w.proc.returncode is None:
+        proc = w.proc
+        if proc is None:
+            return
+        if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(w.proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(w.proc.wait(), 5)
+                await asyncio.wait_for(proc.wait(), 5)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(w.proc.pid, signal.SIGKILL)
-        await w.proc.wait()
+                    os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()

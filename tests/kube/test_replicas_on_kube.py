@@ -143,7 +143,7 @@ class Fleet:
         for w in self.kubelet.workloads.values():
             meta = w.pod["metadata"]
             ours = meta["namespace"] == self.lab.namespace and meta["name"].startswith("warmgate-")
-            if ours and w.proc.returncode is None:
+            if ours and w.proc is not None and w.proc.returncode is None:
                 out.append(Replica(meta["name"], w.host, w.proc.pid))
         return sorted(out, key=lambda r: r.name)
 

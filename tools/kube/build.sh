@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and kube-controller-manager v1.20.2 from Debian bookworm's `kubernetes`
-# source package with Debian's Go 1.19, and cache them outside the clone.
+# Build kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 from Debian bookworm's
+# `kubernetes` source package with Debian's Go 1.19, and cache them outside the clone.
 #
 # Recipe: shared/notes/real-kube-apiserver.md. Idempotent: if the cached binaries (and etcd)
-# exist, it exits at once. Needs root (apt-get) and only the Debian package mirror.
+# exist, it exits at once; otherwise it builds only the binaries that are missing. Needs root
+# (apt-get) and only the Debian package mirror.
 #
 #   WARMGATE_KUBE_CACHE  cache root (default /var/cache/warmgate-kube); binaries land in
-#                        $WARMGATE_KUBE_CACHE/v1.20.2/{kube-apiserver,kube-controller-manager}
+#                        $WARMGATE_KUBE_CACHE/v1.20.2/{kube-apiserver,kube-controller-manager,
+#                        kube-scheduler}
 #   etcd comes from Debian's etcd-server package: /usr/bin/etcd
 set -euo pipefail
 
@@ -17,12 +19,16 @@ GO_BIN=/usr/lib/go-1.19/bin
 ETCD=/usr/bin/etcd
 CACHE_ROOT=${WARMGATE_KUBE_CACHE:-/var/cache/warmgate-kube}
 DEST=$CACHE_ROOT/$KUBE_VERSION
-BINS=(kube-apiserver kube-controller-manager)
+BINS=(kube-apiserver kube-controller-manager kube-scheduler)
 PKGS=("$GO_PKG" etcd-server rsync jq golang-github-modern-go-reflect2-dev)
 
-have_bins() {
+missing_bins() {
     local b
-    for b in "${BINS[@]}"; do [[ -x $DEST/$b ]] || return 1; done
+    for b in "${BINS[@]}"; do [[ -x $DEST/$b ]] || echo "$b"; done
+}
+
+have_bins() {
+    [[ -z $(missing_bins) ]]
 }
 
 if have_bins && [[ -x $ETCD ]]; then
@@ -55,12 +61,13 @@ if have_bins; then
 fi
 
 start=$(date +%s)
+mapfile -t BUILD < <(missing_bins)
 install_pkgs "${PKGS[@]}"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/warmgate-kube-build.XXXXXX")
 cleanup() { rm -rf "$WORK"; }
 if [[ -z ${WARMGATE_KUBE_KEEP_BUILD:-} ]]; then trap cleanup EXIT; fi
-echo "building kubernetes $KUBE_VERSION in $WORK"
+echo "building ${BUILD[*]} $KUBE_VERSION in $WORK"
 
 # 1. Source package via a private apt configuration (the system's apt config is untouched; the
 #    mirror comes from the machine's own sources and is written only into $WORK).
@@ -98,17 +105,18 @@ cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$r2"/
 cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.s "$r2"/ 2>/dev/null || true
 rm -f "$r2"/*_test.go
 
-# 4. Build (make generates the OpenAPI code; plain `go build` does not).
+# 4. Build only what is missing (make generates the OpenAPI code; plain `go build` does not).
+what=()
+for b in "${BUILD[@]}"; do what+=("cmd/$b"); done
 (
     cd "$top"
-    PATH=$GO_BIN:$PATH make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" \
-        KUBE_BUILD_PLATFORMS=linux/amd64
+    PATH=$GO_BIN:$PATH make WHAT="${what[*]}" KUBE_BUILD_PLATFORMS=linux/amd64
 )
 
 mkdir -p "$DEST"
-for b in "${BINS[@]}"; do
+for b in "${BUILD[@]}"; do
     install -m 0755 "$top/_output/local/bin/linux/amd64/$b" "$DEST/.$b.tmp"
     mv -f "$DEST/.$b.tmp" "$DEST/$b"
 done
-"$DEST/kube-apiserver" --version
+for b in "${BUILD[@]}"; do "$DEST/$b" --version; done
 echo "built in $(( $(date +%s) - start ))s; binaries in $DEST (etcd: $ETCD)"
