@@ -12,6 +12,7 @@ from router import __version__
 from router.config import Config, Environment, load_config, read_environment
 from router.errors import ConfigError, ListenError
 from router.routing.match import RouteTable
+from router.simulate.command import add_command as add_simulate_command
 from router.status import add_command as add_status_command
 
 DEFAULT_CONFIG = "deploy/local/warmgate.yaml"
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--scaler-listen", help="HOST:PORT; overrides the config's scaler_listen"
             )
     add_status_command(commands)
+    add_simulate_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

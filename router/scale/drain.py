@@ -10,6 +10,7 @@ import logging
 from router.scale.accounting import Accounting
 from router.scale.coordination import Others
 from router.scale.fencing import Fencing
+from router.scale.scaling import SLACK
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.scale.transitions import Transitions
@@ -51,7 +52,11 @@ class Drain:
         activity = rt.activity
         window = rt.spec.scaling.stream_activity_window
         idle_since = activity.idle_since(window)
-        if activity.held > 0 or idle_since is None or self.now - idle_since < rt.idle_after():
+        if (
+            activity.held > 0
+            or idle_since is None
+            or self.now - idle_since + SLACK < rt.idle_after()
+        ):
             phases.back_to(before, "drain cancelled")
             return
         phases.publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))

@@ -1,0 +1,99 @@
+"""API requests in the replay: placed by the real policy (:func:`router.openai.policy.decide`)
+against the real daily budget (:class:`router.openai.budget.Budget`, on the replay's wall clock),
+from the same snapshot of placements the live API builds (``router.openai.placing``); then run
+locally (held through a cold start when the policy holds) or sent to a simulated cloud that
+answers in the request's work time and charges its output tokens at the placement's prices."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from backends.base import RequestFacts
+from router.openai.budget import Budget
+from router.openai.costs import Bound
+from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.simulate.trace import Request
+
+if TYPE_CHECKING:
+    from router.simulate.run import Outcome, Replay
+
+_API_FACTS = RequestFacts(
+    method="POST", path="/v1/chat/completions", is_websocket=False, is_navigation=False
+)
+
+
+class ApiPlacer:
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+        config = replay.config
+        self.policy = config.policy
+        self.rules = Rules(config.policy.overflow_queue_depth, config.policy.warm_on_cloud)
+        self.budget = Budget(config.policy.daily_cloud_budget_usd, clock=replay.wall)
+        self.loads: Counter[str] = Counter()
+
+    def snapshot(self, request: Request) -> Snapshot:
+        replay = self.replay
+        spec = replay.config.models[request.model or ""]
+        bound = Bound(output_tokens=request.tokens or 0)
+        locals_: list[LocalOption] = []
+        clouds: list[CloudOption] = []
+        for i, p in enumerate(spec.placements):
+            if p.target is not None:
+                rt = replay.runtimes[p.target]
+                state, activity = rt.state, rt.activity
+                locals_.append(
+                    LocalOption(
+                        i,
+                        p.target,
+                        state.phase,
+                        state.since,
+                        rt.servable_now() is not None,
+                        max(self.loads[p.target], activity.in_flight),
+                        activity.held,
+                        rt.spec.scaling.max_held,
+                        rt.predicted_cold_start(self.policy.assumed_cold_start),
+                        state.retry_at,
+                        rt.may_wake(_API_FACTS),
+                    )
+                )
+            elif p.cloud is not None and p.model is not None:
+                clouds.append(CloudOption(i, p.cloud, p.model, True, bound.price(p.cost)))
+        return Snapshot(tuple(locals_), tuple(clouds), self.budget.left(), replay.loop.time())
+
+    async def place(self, request: Request) -> None:
+        from router.simulate.run import Outcome
+
+        replay = self.replay
+        spec = replay.config.models[request.model or ""]
+        max_wait = spec.max_wait if spec.max_wait is not None else self.policy.max_wait
+        ask = Ask(private=request.private, max_wait=max_wait)
+        decision = decide(ask, self.snapshot(request), self.rules)
+        if decision.warm is not None:
+            replay.runtimes[decision.warm].request_start()
+        if decision.action is Action.REJECT:
+            replay.outcomes.append(Outcome(request, "rejected", reason=decision.reason))
+            return
+        if decision.action is Action.CLOUD and decision.cloud is not None:
+            replay.outcomes.append(await self._cloud(request, decision.cloud))
+            return
+        assert decision.local is not None
+        target = decision.local.target
+        self.loads[target] += 1
+        try:
+            outcome = await replay.local(replay.runtimes[target], request, replay.work(request))
+        finally:
+            self.loads[target] -= 1
+        outcome.reason = decision.reason
+        replay.outcomes.append(outcome)
+
+    async def _cloud(self, request: Request, cloud: CloudOption) -> Outcome:
+        from router.simulate.run import Outcome
+
+        reservation = self.budget.reserve(cloud.cost, cloud.cloud)
+        if reservation is None:  # another request took what was left meanwhile
+            return Outcome(request, "rejected", reason="budget_exhausted")
+        await asyncio.sleep(self.replay.work(request))
+        self.budget.settle(reservation, cloud.cost)
+        return Outcome(request, "cloud", cloud_usd=cloud.cost, reason="cloud")

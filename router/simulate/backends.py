@@ -1,0 +1,131 @@
+"""Simulated backends and engines for the replay: the :class:`backends.base.Backend` and
+:class:`backends.base.Engine` protocols on the virtual clock, with no process and no socket.
+
+A start takes the cold start the replay was given (sampled per start), a stop the stop time;
+the engine is ready as soon as its endpoint is up and is busy while it works through its queue
+of renders. Which requests wake a target is the real engine's rule (``wake_on``, page loads)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from dataclasses import dataclass
+
+from backends.base import Engine, Observation, ObservationListener, RequestFacts, StreamActivity
+from backends.units import parse_duration
+
+_RANGE = re.compile(r"^\s*([^.\s]+)\s*\.\.\s*([^.\s]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    """Seconds, fixed or drawn uniformly from ``[low, high]`` (``"60s"``, ``"45s..90s"``)."""
+
+    low: float
+    high: float
+
+    @classmethod
+    def parse(cls, text: str) -> Duration:
+        match = _RANGE.match(text)
+        if match:
+            low, high = parse_duration(match.group(1)), parse_duration(match.group(2))
+            if low > high:
+                raise ValueError(f"expected LOW..HIGH with LOW <= HIGH, got {text!r}")
+            return cls(low, high)
+        value = parse_duration(text)
+        return cls(value, value)
+
+    def draw(self, rng: random.Random) -> float:
+        return self.low if self.low == self.high else rng.uniform(self.low, self.high)
+
+    def __str__(self) -> str:
+        return f"{self.low:g}s" if self.low == self.high else f"{self.low:g}s..{self.high:g}s"
+
+
+class SimBackend:
+    """A workload that starts in ``cold_start`` seconds and stops in ``stop`` seconds."""
+
+    def __init__(self, name: str, cold_start: Duration, stop: Duration, rng: random.Random) -> None:
+        self.name = name
+        self.cold_start = cold_start
+        self.stop = stop
+        self.rng = rng
+        self._observation = Observation()
+        self._listener: ObservationListener | None = None
+        self._up: asyncio.TimerHandle | None = None
+        self.starts = 0
+
+    @property
+    def always_on(self) -> bool:
+        return False
+
+    def observe(self) -> Observation:
+        return self._observation
+
+    def _publish(self, observation: Observation) -> None:
+        self._observation = observation
+        if self._listener is not None:
+            self._listener(observation)
+
+    async def open(self, listener: ObservationListener) -> None:
+        self._listener = listener
+
+    async def scale_up(self) -> None:
+        if self._observation.running:
+            return
+        self.starts += 1
+        self._publish(Observation(running=True))
+        loop = asyncio.get_running_loop()
+        self._up = loop.call_later(self.cold_start.draw(self.rng), self._came_up)
+
+    def _came_up(self) -> None:
+        self._up = None
+        self._publish(Observation(running=True, endpoints=(f"sim://{self.name}",)))
+
+    async def scale_down(self, deadline: float | None = None) -> None:
+        if self._up is not None:
+            self._up.cancel()
+            self._up = None
+        if not self._observation.running:
+            return
+        await asyncio.sleep(self.stop.draw(self.rng))
+        self._publish(Observation())
+
+    async def close(self) -> None:
+        if self._up is not None:
+            self._up.cancel()
+        self._listener = None
+
+
+class SimEngine:
+    """Ready once up; busy while its queue of work runs; the real engine's wake rules."""
+
+    def __init__(self, real: Engine, loop: asyncio.AbstractEventLoop) -> None:
+        self.real = real
+        self.loop = loop
+        self.free_at = 0.0
+        """Loop time at which the queued work is done (one GPU: renders run one at a time)."""
+
+    def queue(self, seconds: float) -> float:
+        """Queue ``seconds`` of GPU work; the loop time it will be done."""
+        self.free_at = max(self.free_at, self.loop.time()) + seconds
+        return self.free_at
+
+    async def probe_ready(self, base_url: str) -> bool:
+        return True
+
+    async def busy(self, base_url: str) -> bool:
+        return self.loop.time() < self.free_at
+
+    def wakes(self, facts: RequestFacts) -> bool:
+        return self.real.wakes(facts)
+
+    def stream_is_activity(self, path: str) -> bool:
+        return self.real.stream_is_activity(path)
+
+    def stream_activity(self, path: str) -> StreamActivity:
+        return self.real.stream_activity(path)
+
+    async def close(self) -> None:
+        await self.real.close()
