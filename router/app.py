@@ -17,7 +17,9 @@ from router.cluster.replicas import Replicas
 from router.cluster.routes import add_routes
 from router.config import Config
 from router.dashboard import add_dashboard
-from router.http.h1.pool import UpstreamConnector
+from router.http.h1.connector import UpstreamConnector
+from router.http.h1.framer import MAX_HEAD
+from router.http.proxy import held_for_a_connection
 from router.http.websocket import UpstreamSocket
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.metrics import Metrics
@@ -45,8 +47,9 @@ def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
     spec = runtime.spec
     connector = UpstreamConnector(  # aiohttp's (websockets) + warmgate's own HTTP pool
         limit=spec.limits.max_connections,
+        keepalive_timeout=spec.timeouts.upstream_idle,
+        queued=held_for_a_connection(runtime),
         limit_per_host=0,
-        keepalive_timeout=30.0,
         ttl_dns_cache=60,
     )
     return aiohttp.ClientSession(
@@ -57,6 +60,8 @@ def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         trust_env=False,
         ws_response_class=UpstreamSocket,  # a close without a code forwarded as one
+        max_line_size=MAX_HEAD,  # an upstream head's lines, as the forwarding pool takes them
+        max_field_size=MAX_HEAD,
     )
 
 

@@ -53,8 +53,13 @@ class Timeouts(Frozen):
     connect: Duration = 5.0
     """Seconds to open a TCP connection to a ready upstream; loopback or LAN, so short."""
     response_headers: Duration = 300.0
-    """Seconds from sending the request to the upstream's status line. Long: a render engine
-    may answer only when the work is done."""
+    """Seconds from sending the request (its whole body) to the upstream's status line. Long:
+    a render engine may answer only when the work is done."""
+    upstream_idle: Duration = 4.0
+    """Seconds an idle keep-alive connection to the upstream is kept for the next request
+    (0: none is). Shorter than the upstream's own idle timeout (uvicorn, under Gradio and
+    vLLM: 5 s), so that warmgate closes it first and no request is sent on a connection the
+    upstream is closing."""
 
 
 class Limits(Frozen):

@@ -35,6 +35,9 @@ RESPONSE_SKIP = HOP_BY_HOP | {"date", "server"}
 """aiohttp writes Date and Server itself; the upstream's Server is kept below."""
 _BODYLESS_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 """Methods that get no ``Content-Length: 0`` when sent without a body (as aiohttp does)."""
+_IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
+"""RFC 9110 9.2.2: a request of these may be sent again when its connection closed before any
+answer (the upstream may or may not have acted on it)."""
 
 
 def _connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
@@ -122,6 +125,11 @@ def serialize_request_head(
         parts.append(f"{name}: {value}\r\n")
     head = "".join(parts).encode("utf-8", "surrogateescape")
     return head + end if has_host else head + b"Host: %s\r\n" % default_host + end
+
+
+def idempotent(method: str) -> bool:
+    """The method may be sent twice: see :data:`_IDEMPOTENT_METHODS`."""
+    return method in _IDEMPOTENT_METHODS
 
 
 def needs_empty_length(method: str) -> bool:

@@ -6,7 +6,7 @@ websockets, are translated here into warmgate's error tree; the app turns them i
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import aiohttp
@@ -16,9 +16,11 @@ from yarl import URL
 
 from router.errors import BodyTooLarge
 from router.http.failures import translate
-from router.http.h1.pool import Endpoint, Exchange, UpstreamFailure, endpoint, pool_of
+from router.http.h1.connector import pool_of
+from router.http.h1.pool import Endpoint, Exchange, UpstreamFailure, endpoint
 from router.http.headers import (
     downstream_response_headers,
+    idempotent,
     needs_empty_length,
     serialize_request_head,
 )
@@ -118,6 +120,7 @@ def send(
         body,
         chunked=chunked,
         head_only=request.method == "HEAD",
+        idempotent=idempotent(request.method),
         connect_timeout=timeouts.connect,
         head_timeout=timeouts.response_headers,
     )
@@ -132,8 +135,8 @@ async def resend(
     body: RequestBody,
     chunked: bool,
 ) -> Exchange:
-    """The whole exchange up to the response head, sent again as often as a reused keep-alive
-    connection turns out closed; errors translated."""
+    """The whole exchange up to the response head, an idempotent request sent again as often as
+    a reused keep-alive connection turns out closed; errors translated."""
     timeouts = runtime.spec.timeouts
     try:
         return await pool_of(session).request(
@@ -142,6 +145,7 @@ async def resend(
             body,
             chunked=chunked,
             head_only=request.method == "HEAD",
+            idempotent=idempotent(request.method),
             connect_timeout=timeouts.connect,
             head_timeout=timeouts.response_headers,
         )
@@ -235,6 +239,17 @@ async def respond(
                 activity.begin(runtime.loop.time())  # balanced by the caller's end()
                 runtime.m_in_flight.inc()
     return response
+
+
+def held_for_a_connection(runtime: Runtime) -> Callable[[int], None]:
+    """What a target's upstream pool tells when a request starts (+1) or stops (-1) waiting
+    for a free connection (``limits.max_connections``): the request counts as held."""
+
+    def queued(delta: int) -> None:
+        runtime.activity.held += delta
+        runtime.m_held.inc(delta)
+
+    return queued
 
 
 class _WithFirstBytes(web.StreamResponse):

@@ -44,6 +44,9 @@ class Timeouts(Protocol):
     @property
     def response_headers(self) -> float: ...
 
+    @property
+    def upstream_idle(self) -> float: ...
+
 
 class Limits(Protocol):
     @property
@@ -66,6 +69,8 @@ class Activity(Protocol):
 
     last_frame: float
     """Loop time a stream last carried a frame that counts."""
+    held: int
+    """Requests waiting: for the target to be ready, or for a free upstream connection."""
 
     @property
     def streams(self) -> dict[object, StreamCloser]: ...
@@ -110,6 +115,9 @@ class Runtime(Protocol):
 
     @property
     def m_in_flight(self) -> Level: ...
+
+    @property
+    def m_held(self) -> Level: ...
 
     @property
     def m_ws_open(self) -> Level: ...

@@ -141,7 +141,7 @@ async def test_a_reused_connection_closed_before_any_answer_is_retried(
     exchange.replayable = True
     exchange.send(b"GET / HTTP/1.1\r\n\r\n", None, False)
     exchange.eof_received()
-    exchange.connection_lost()
+    exchange.connection_lost(None)
     await exchange.head()
     with pytest.raises(ConnectionBroken, match=r"closed the connection$"):
         exchange.check()

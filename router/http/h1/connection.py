@@ -104,7 +104,7 @@ class Connection(asyncio.BufferedProtocol):
         self.lost = True
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
-            exchange.connection_lost()
+            exchange.connection_lost(exc)
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
             drain.set_result(None)

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterable
 
 from router.http.h1.bodies import send_body
+from router.http.h1.deadlines import HeadDeadlines
 from router.http.h1.errors import ConnectionBroken
 from router.http.h1.framer import Data, End, FramingError, Head, ResponseFramer
 from router.http.h1.interfaces import Carrier
@@ -22,14 +23,17 @@ class Exchange(Response):
     """One request sent and its response, fed by the connection's reads (see
     :class:`~router.http.h1.interfaces.Receiver`) as they arrive."""
 
-    __slots__ = ("_body_task", "_framer", "replayable", "request_sent")
+    __slots__ = ("_body_task", "_framer", "_head_timer", "replayable", "request_sent")
 
     def __init__(self, conn: Carrier, head_only: bool) -> None:
         super().__init__(conn)
         self._framer = ResponseFramer(head_only)
         self._body_task: asyncio.Task[None] | None = None
+        self._head_timer: tuple[HeadDeadlines, float] | None = None
+        """The head deadline to start once a streamed request body is sent."""
         self.replayable = False
-        """The request can be sent again: no streamed body, on a reused keep-alive connection."""
+        """The request can be sent again if the connection turns out closed: an idempotent
+        method (RFC 9110 9.2.2), no streamed body, on a reused keep-alive connection."""
         self.request_sent = False
 
     # -- the request ------------------------------------------------------------------------
@@ -50,8 +54,21 @@ class Exchange(Response):
             transport.write(head)
             self._body_task = self._loop.create_task(send_body(self, conn, body, chunked))
 
+    def time_head(self, deadlines: HeadDeadlines, timeout: float) -> None:
+        """Time the response head out ``timeout`` seconds after the request is sent: now, or
+        once its streamed body is (an upload as slow as its client is no slow upstream)."""
+        if self.request_sent:
+            self.watch = deadlines.watch(self, timeout, self._loop)
+        else:
+            self._head_timer = (deadlines, timeout)
+
     def body_sent(self) -> None:
         self.request_sent = True
+        timer = self._head_timer
+        if timer is not None:
+            self._head_timer = None
+            if not self.status and self.error is None:
+                self.watch = timer[0].watch(self, timer[1], self._loop)
         if self.done and self.conn is not None:  # the response ended first: reuse it now
             self._finish()
 
@@ -103,10 +120,14 @@ class Exchange(Response):
         if events:  # the connection's end is the body's
             self._finish()
 
-    def connection_lost(self) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.conn = None
         if not self.done and self.error is None:
-            self.eof_received()
+            if exc is None:
+                self.eof_received()
+            else:  # a reset: even a body that ends with the connection is cut off
+                self.keep_alive = False
+                self._broken(f"the upstream reset the connection ({exc})")
         self._wake()
 
     # -- the response -------------------------------------------------------------------------
@@ -152,8 +173,14 @@ class Exchange(Response):
         return self._framer.started
 
     def retryable(self) -> bool:
-        """Broken before any byte of a response, on a reused connection: send it again."""
-        return self.replayable and not self.got_data and isinstance(self.error, ConnectionBroken)
+        """Broken before any byte of a response on a reused connection (the upstream closed
+        it meanwhile), or answered with bytes no response starts with (the leftovers of the
+        last response on it), and the request may be sent again: send it again."""
+        return (
+            self.replayable
+            and isinstance(self.error, ConnectionBroken)
+            and (not self.got_data or self._framer.stray)
+        )
 
     def close(self) -> None:
         """Done with this exchange: its connection goes back to the pool or is closed."""

@@ -110,12 +110,17 @@ class ResponseFramer:
         "head_request",
         "must_close",
         "started",
+        "stray",
     )
 
     def __init__(self, head_request: bool = False) -> None:
         self.head_request = head_request
         self.started = False
         """Some bytes of a response arrived."""
+        self.stray = False
+        """The first bytes fed were not the start of a response: on a reused connection, what
+        an upstream sent after its last response (it miscounted its body, or answered HEAD
+        with one), not an answer to the request just sent (known with the first bytes)."""
         self.must_close = False
         """The connection cannot carry another exchange: the response said so (known with its
         :class:`Head`), or bytes came after its end (known when they come)."""
@@ -140,7 +145,9 @@ class ResponseFramer:
         events: list[Event] = []
         if start >= stop:
             return events
-        self.started = True
+        if not self.started:
+            self.started = True
+            self.stray = not _HTTP.startswith(data[start : min(stop, start + len(_HTTP))])
         view: memoryview | None = None
         while start < stop:
             state = self._state

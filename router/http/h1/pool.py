@@ -6,7 +6,7 @@ its limit, idle connections and response-head deadlines.
 Why not ``aiohttp.ClientSession`` on this path: per exchange it cost ~230 us of CPU and ~8 KB per
 request in flight on the benchmark machine (request, response, connection and timer objects);
 this client costs a fraction of both. Websockets and every other upstream call stay on aiohttp:
-:class:`UpstreamConnector` is aiohttp's connector plus this pool, configured and closed together.
+router.http.h1.connector.UpstreamConnector is aiohttp's connector plus this pool.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import AsyncIterable, Awaitable
-from typing import Any, Final, cast
-
-import aiohttp
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import Final, cast
 
 from router.http.h1.connection import Connection
 from router.http.h1.deadlines import HeadDeadlines
@@ -38,11 +36,9 @@ __all__ = [
     "Endpoint",
     "Exchange",
     "HeadTimedOut",
-    "UpstreamConnector",
     "UpstreamFailure",
     "UpstreamPool",
     "endpoint",
-    "pool_of",
 ]
 
 READ_SIZE: Final = 1024 * 1024
@@ -56,15 +52,28 @@ in the socket until the client's response is ready for it, instead of being copi
 
 
 class UpstreamPool:
-    """Keep-alive connections of one target to its endpoints, at most ``limit`` (0: no limit)."""
+    """Keep-alive connections of one target to its endpoints, at most ``limit`` (0: no limit)
+    together with the connections opened elsewhere that :meth:`reserve` counted.
 
-    def __init__(self, *, limit: int = 0, keepalive_timeout: float = 30.0) -> None:
+    ``keepalive_timeout``: seconds an idle connection is kept (0: none is). ``queued``: told
+    +1 when a request starts to wait for a connection (at the limit), -1 when it stops."""
+
+    def __init__(
+        self,
+        *,
+        limit: int = 0,
+        keepalive_timeout: float = 4.0,
+        queued: Callable[[int], None] | None = None,
+    ) -> None:
         self.limit = limit
         self.keepalive_timeout = keepalive_timeout
+        self.queued = queued
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[str, collections.deque[Connection]] = {}
         self._all: set[Connection] = set()
-        """Every connection open or opening; its size is what ``limit`` bounds."""
+        """Every connection open or opening; with ``_reserved``, what ``limit`` bounds."""
+        self._reserved = 0
+        """Connections opened elsewhere (aiohttp's: websockets, engine calls), counted here."""
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._sweep: asyncio.TimerHandle | None = None
         self._deadlines = HeadDeadlines()
@@ -87,23 +96,31 @@ class UpstreamPool:
         *,
         chunked: bool = False,
         head_only: bool = False,
+        idempotent: bool = False,
         connect_timeout: float | None = None,
         head_timeout: float | None = None,
     ) -> Exchange:
         """Send ``head`` (the request line and headers, blank line included) and ``body`` on a
         pooled or new connection; returns once sent (await :meth:`Exchange.head`, then
-        :meth:`Exchange.check`). See :meth:`request` for the whole exchange with its retry."""
+        :meth:`Exchange.check`). See :meth:`request` for the whole exchange with its retry.
+
+        ``idempotent``: the request's method may be sent twice (RFC 9110 9.2.2): only such a
+        request is sent again when its reused connection turns out closed. ``connect_timeout``
+        bounds the wait for a free connection (at ``limit``) and the connect together;
+        ``head_timeout`` counts from when the request (its body too) was sent."""
         if self._closed:
             raise ConnectionBroken("warmgate is shutting down")
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         conn = await self._checkout(ep, connect_timeout)
         exchange = Exchange(conn, head_only)
-        exchange.replayable = conn.used > 0 and (body is None or isinstance(body, bytes))
+        exchange.replayable = (
+            idempotent and conn.used > 0 and (body is None or isinstance(body, bytes))
+        )
         conn.carry(exchange)
         exchange.send(head, body, chunked)
         if head_timeout is not None:
-            exchange.watch = self._deadlines.watch(exchange, head_timeout, conn.loop)
+            exchange.time_head(self._deadlines, head_timeout)
         return exchange
 
     async def request(
@@ -114,18 +131,20 @@ class UpstreamPool:
         *,
         chunked: bool = False,
         head_only: bool = False,
+        idempotent: bool = False,
         connect_timeout: float | None = None,
         head_timeout: float | None = None,
     ) -> Exchange:
-        """:meth:`open`, then wait for the response head. A request sent on a reused
-        keep-alive connection that the upstream had closed meanwhile (nothing came back) is
-        sent again: :meth:`retry`."""
+        """:meth:`open`, then wait for the response head. An idempotent request sent on a
+        reused keep-alive connection that the upstream had closed meanwhile (nothing came
+        back) is sent again."""
         exchange = await self.open(
             ep,
             head,
             body,
             chunked=chunked,
             head_only=head_only,
+            idempotent=idempotent,
             connect_timeout=connect_timeout,
             head_timeout=head_timeout,
         )
@@ -142,6 +161,7 @@ class UpstreamPool:
                 body,
                 chunked=chunked,
                 head_only=head_only,
+                idempotent=idempotent,
                 connect_timeout=connect_timeout,
                 head_timeout=head_timeout,
             )
@@ -153,29 +173,77 @@ class UpstreamPool:
     # -- connections ---------------------------------------------------------------------------
 
     async def _checkout(self, ep: Endpoint, connect_timeout: float | None) -> Connection:
+        deadline: float | None = None
         while True:
             idle = self._idle.get(ep.key)
             while idle:
                 conn = idle.pop()
                 if not conn.lost and not conn.transport.is_closing():
                     return conn
-            if not self.limit or len(self._all) < self.limit or self._evict():
-                return await self._connect(ep, connect_timeout)
-            waiter = cast(asyncio.AbstractEventLoop, self._loop).create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except BaseException:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake_one()  # pass the slot this waiter was given to the next one
-                else:
-                    waiter.cancel()
-                raise
-            if self._closed:
-                raise ConnectionBroken("warmgate is shutting down")
+            if self._has_room():
+                return await self._connect(ep, connect_timeout, deadline)
+            if deadline is None and connect_timeout is not None:
+                deadline = cast(asyncio.AbstractEventLoop, self._loop).time() + connect_timeout
+            await self._wait_for_room(ep.key, deadline)
 
-    async def _connect(self, ep: Endpoint, connect_timeout: float | None) -> Connection:
+    def _has_room(self) -> bool:
+        """A connection may be opened now (the longest idle one closed for it, if need be)."""
+        limit = self.limit
+        return not limit or len(self._all) + self._reserved < limit or self._evict()
+
+    async def _wait_for_room(self, key: str, deadline: float | None) -> None:
+        """Wait until a connection is given back or closed, up to ``deadline`` (loop time);
+        the wait is reported to ``queued``."""
+        waiter = cast(asyncio.AbstractEventLoop, self._loop).create_future()
+        self._waiters.append(waiter)
+        queued = self.queued
+        if queued is not None:
+            queued(1)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await waiter
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_one()  # pass the slot this waiter was given to the next one
+            else:
+                waiter.cancel()
+            if isinstance(exc, TimeoutError):
+                raise ConnectTimedOut(
+                    f"no free connection to {key} in time ({self.limit} in use)"
+                ) from exc
+            raise
+        finally:
+            if queued is not None:
+                queued(-1)
+        if self._closed:
+            raise ConnectionBroken("warmgate is shutting down")
+
+    async def reserve(self, connect_timeout: float | None) -> None:
+        """Count a connection opened elsewhere (aiohttp's) against ``limit``, waiting for room
+        as a request does (raises ``ConnectTimedOut``); :meth:`unreserve` when it is closed."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        while not self._has_room():
+            if deadline is None and connect_timeout is not None:
+                deadline = self._loop.time() + connect_timeout
+            await self._wait_for_room("the target", deadline)
+        self._reserved += 1
+
+    def unreserve(self) -> None:
+        """A connection :meth:`reserve` counted is closed."""
+        self._reserved -= 1
+        self._wake_one()
+
+    async def _connect(
+        self, ep: Endpoint, connect_timeout: float | None, deadline: float | None
+    ) -> Connection:
+        """Open a connection within ``connect_timeout``, and by ``deadline`` (loop time) when
+        a wait for room took some of it."""
         loop = cast(asyncio.AbstractEventLoop, self._loop)
+        if connect_timeout is not None:
+            start_by = loop.time() + connect_timeout
+            deadline = start_by if deadline is None else min(deadline, start_by)
         conn = Connection(self, ep, loop)
         self._all.add(conn)
         tls: ssl.SSLContext | None = None
@@ -184,7 +252,7 @@ class UpstreamPool:
                 self._tls = ssl.create_default_context()
             tls = self._tls
         try:
-            async with asyncio.timeout(connect_timeout):
+            async with asyncio.timeout_at(deadline):
                 await loop.create_connection(
                     lambda: conn,
                     ep.host,
@@ -207,8 +275,9 @@ class UpstreamPool:
         return conn
 
     def release(self, conn: Connection) -> None:
-        """A connection whose exchange is complete: keep it for the next request."""
-        if self._closed or conn.lost or conn.transport.is_closing():
+        """A connection whose exchange is complete: keep it for the next request (for
+        ``keepalive_timeout``)."""
+        if self._closed or conn.lost or conn.transport.is_closing() or self.keepalive_timeout <= 0:
             conn.close()
             return
         loop = self._loop
@@ -282,26 +351,3 @@ class UpstreamPool:
         self._idle.clear()
         closing = [conn.closed() for conn in list(self._all)]
         return [waiter for waiter in closing if waiter is not None]
-
-
-class UpstreamConnector(aiohttp.TCPConnector):
-    """aiohttp's connector (websockets, engine probes) plus warmgate's pool for forwarded HTTP
-    exchanges: one ``limit`` and one keep-alive timeout each, closed together."""
-
-    def __init__(self, *, limit: int = 100, keepalive_timeout: float = 30.0, **kwargs: Any) -> None:
-        super().__init__(limit=limit, keepalive_timeout=keepalive_timeout, **kwargs)
-        self.pool = UpstreamPool(limit=limit, keepalive_timeout=keepalive_timeout)
-
-    async def close(self, *, abort_ssl: bool = False) -> None:
-        closing = self.pool.close()
-        await super().close(abort_ssl=abort_ssl)
-        if closing:
-            await asyncio.wait([asyncio.ensure_future(c) for c in closing], timeout=5.0)
-
-
-def pool_of(session: aiohttp.ClientSession) -> UpstreamPool:
-    """The forwarding pool of a target's session (made by ``router.app``)."""
-    connector = session.connector
-    if not isinstance(connector, UpstreamConnector):
-        raise TypeError("a target's session must use router.http.h1.pool.UpstreamConnector")
-    return connector.pool
