@@ -98,6 +98,14 @@ class ShuttingDown(RequestError):
     code = "shutting_down"
 
 
+class NoEndpoint(RequestError):
+    """The target counts as ready but has no endpoint to forward to (its last pod just went):
+    come back in a moment, once a replacement is ready."""
+
+    status = 503
+    code = "no_ready_endpoint"
+
+
 class TargetAsleep(RequestError):
     """The target is scaled to zero and this request may not wake it (an idle tab's websocket)."""
 

@@ -16,6 +16,8 @@ CRASHED = Observation(failure="exited with code 1", crashed=True)
 
 
 def state(phase: Phase, since: float = 0.0, **kw: object) -> TargetState:
+    if phase is Phase.READY:  # ready is never published without an endpoint
+        kw.setdefault("endpoints", UP.endpoints)
     return TargetState(phase, since, **kw)  # type: ignore[arg-type]
 
 
@@ -87,6 +89,7 @@ ENDPOINT_CASES = [
     ("ready, a pod gone", View(ready_on(TWO), ONE, S, now=10, idle_since=5), Act.REFRESH),
     ("ready, a pod came", View(ready_on(ONE), TWO, S, now=10, idle_since=5), Act.REFRESH),
     ("ready, all pods gone", View(ready_on(TWO), NO_PODS, S, now=10), Act.REFRESH),
+    ("ready with none published", View(ready_on(NO_PODS), NO_PODS, S, now=10), Act.REFRESH),
     ("ready, scaled to zero", View(ready_on(TWO), DOWN, S, now=10), Act.LOST),
     (
         "draining, a pod gone",

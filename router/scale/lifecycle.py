@@ -189,7 +189,7 @@ class Lifecycle:
     async def _probe(self) -> None:
         rt = self.rt
         ready = await rt.engine.probe_ready(self._obs.endpoints[0])
-        if not (ready and rt.state.phase is Phase.STARTING):
+        if not (ready and rt.state.phase is Phase.STARTING and self._obs.endpoints):
             self.phases.next_probe = self.now + rt.spec.readiness.interval
             return
         began = rt.state.since

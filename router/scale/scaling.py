@@ -144,7 +144,7 @@ def decide(v: View) -> Step:
             if now >= v.fenced_until:
                 return Step(Act.RESUME, reason="the leader's release did not come; serving again")
             return Step(Act.WAIT, until=v.fenced_until)  # the leader is releasing it
-        if state.endpoints and obs.endpoints != state.endpoints:
+        if obs.endpoints != state.endpoints or not state.endpoints:  # none left included
             return Step(Act.REFRESH, reason="ready endpoints changed")
         if v.idle_since is None or v.held > 0 or v.kept_warm:
             return Step(Act.WAIT)

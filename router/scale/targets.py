@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from backends.base import Backend, Engine, RequestFacts
 from router.config import Economics, Target
-from router.errors import TargetAsleep
+from router.errors import NoEndpoint, TargetAsleep
 from router.metrics import Metrics
 from router.scale.activity import Activity
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
@@ -88,6 +88,8 @@ class TargetRuntime:
         endpoints = state.endpoints
         if len(endpoints) == 1:
             return endpoints[0]
+        if not endpoints:  # never published so; a snapshot from the instant it changed
+            raise NoEndpoint(f"target {self.name!r} has no ready endpoint", retry_after=1.0)
         self._next_endpoint = (self._next_endpoint + 1) % len(endpoints)
         load = self.endpoint_load
         order = endpoints[self._next_endpoint :] + endpoints[: self._next_endpoint]

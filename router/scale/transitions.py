@@ -44,6 +44,13 @@ class Transitions:
             )
 
     def publish(self, state: TargetState) -> None:
+        if state.phase is Phase.READY and not state.endpoints:
+            # Never ready without an endpoint (a pod gone while its probe ran): every request
+            # would fail. Starting, probed again once the backend reports one.
+            log.warning("%s: ready without an endpoint; waiting for one", self.rt.name)
+            if self.rt.state.phase is not Phase.STARTING:
+                self.starting("no ready endpoint; waiting for one", endpoints=())
+            return
         self.rt.cell.replace(state)
 
     def starting(self, reason: str, **changes: object) -> None:

@@ -80,6 +80,7 @@ class _Workload:
     ready: bool | None = None  # last state reported to the API (None: nothing yet)
     failed: bool = False
     restarts: int = 0
+    stopping: bool = False  # being stopped: an exit is no crash, and nothing more is reported
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -287,8 +288,8 @@ class TestKubelet:
         policy = pod["spec"].get("restartPolicy") or "Always"
         while True:
             code = await self._run_container(w, probe, c)
-            if code is None:
-                return  # it could not be started: the pod failed
+            if code is None or w.stopping:
+                return  # it could not be started (the pod failed), or it is being stopped
             if policy == "Never" or (policy == "OnFailure" and code == 0):
                 w.failed = True
                 phase = "Failed" if code else "Succeeded"
@@ -392,7 +393,7 @@ class TestKubelet:
             last_state=last_state,
         )
         meta = w.pod["metadata"]
-        while True:
+        while not w.stopping:
             try:
                 await self.core.patch_namespaced_pod_status(
                     meta["name"], meta["namespace"], {"status": status}
@@ -404,6 +405,7 @@ class TestKubelet:
                 if not retry:
                     return False
                 await asyncio.sleep(self.probe_period)
+        return False
 
     async def _kill(self, w: _Workload) -> None:
         self._killing.append(w)
@@ -411,6 +413,7 @@ class TestKubelet:
         self._killing.remove(w)
 
     async def _stop_process(self, w: _Workload) -> None:
+        w.stopping = True
         if w.task:
             w.task.cancel()
         proc = w.proc
