@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool clean
+.PHONY: install demo test faults test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool clean
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ demo: install
 test: install chromium promtool kube-bins
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q
 	$(MAKE) test-aiohttp-floor
+
+# The fault suite alone (make test runs it too): engines killed mid-stream, silent and dribbling,
+# a SIGTERM with 200 requests held, 10,000 idle keep-alive connections, and the Kubernetes API
+# server killed under traffic; real processes on 127.0.0.1. -rP prints the latency reports.
+faults: install kube-bins
+	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q -rP tests/faults tests/kube/test_faults_on_kube.py
 
 # The suite above runs on the newest aiohttp pip resolves (pyproject: >=3.12.14,<4); this runs the
 # HTTP-facing tests again on the floor, installed apart (.aiohttp-floor, first on the path), since
