@@ -149,6 +149,47 @@ class Engine(Protocol):
     async def close(self) -> None: ...
 
 
+# -- the parked tier ------------------------------------------------------------------------------
+
+
+class ParkError(Exception):
+    """A park or wake the engine refused, or did not answer in time; in words for the log.
+    Raised at the engine's boundary (library errors translated); the target is then stopped."""
+
+
+@runtime_checkable
+class Parkable(Protocol):
+    """What an :class:`Engine` that can be parked offers besides the protocol: its weights leave
+    the GPU while its process (or pod) stays, and come back in about a second instead of a cold
+    start (docs/pools.md). Optional; ask through :func:`parking`."""
+
+    @property
+    def parks(self) -> bool:
+        """Whether this engine has a park action (its own with ``park: auto``, or the config's
+        requests); ``False``: it is never parked, only stopped."""
+        ...
+
+    async def park(self, base_url: str) -> None:
+        """Make the engine at ``base_url`` drop its weights from the GPU. Returns once it did
+        (or once it was asked, where the engine cannot tell); raises :class:`ParkError`."""
+        ...
+
+    async def wake(self, base_url: str) -> None:
+        """Ask a parked engine to load its weights again (nothing, for an engine that loads on
+        its next request). Readiness is probed afterwards; raises :class:`ParkError`."""
+        ...
+
+    async def is_parked(self, base_url: str) -> bool | None:
+        """Whether the engine says it is parked; ``None`` when it cannot tell (or did not
+        answer)."""
+        ...
+
+
+def parking(engine: Engine) -> Parkable | None:
+    """The engine's park actions, or ``None`` for an engine that is never parked."""
+    return engine if isinstance(engine, Parkable) and engine.parks else None
+
+
 # -- several warmgate replicas -----------------------------------------------------------------
 
 

@@ -9,7 +9,16 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from backends.units import Duration
 
@@ -161,6 +170,106 @@ class GradioWarmup(Frozen):
         return name
 
 
+class EngineCall(Frozen):
+    """One HTTP request warmgate makes to a target's engine (to park it, or to wake it)."""
+
+    method: Literal["GET", "POST", "PUT", "DELETE"] = "POST"
+    path: str
+    """Absolute path on the engine, query included (``/sleep?level=1``)."""
+    json_body: JsonValue = Field(default=None, alias="json")
+    """A JSON body (written ``json:`` in the config); omitted: no body."""
+    timeout: Duration = 120.0
+    """Seconds the engine may take to answer: dropping or reloading tens of GiB of weights takes
+    seconds, so generous; a call that times out counts as failed (the target is stopped)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"expected an absolute path such as /free, got {value!r}")
+        return value
+
+
+class ParkedCheck(Frozen):
+    """How to ask an engine whether it is parked: ``GET path``, a JSON object whose
+    ``json_key`` is true while it is (vLLM's ``GET /is_sleeping`` -> ``{"is_sleeping": true}``)."""
+
+    path: str
+    json_key: str
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"expected an absolute path such as /is_sleeping, got {value!r}")
+        return value
+
+
+class ParkRequests(Frozen):
+    """``park: {request, wake, parked}``: parking spelled out as the engine's own requests, for
+    an engine warmgate has no park action for (docs/pools.md)."""
+
+    request: EngineCall
+    """Makes the engine drop its weights from the GPU (its process stays)."""
+    wake: EngineCall | None = None
+    """Makes it load them again; omitted: no call (the engine loads on the next request). The
+    target counts as ready once its readiness probe passes (and ``parked`` says it is not)."""
+    parked: ParkedCheck | None = None
+    """Whether it is parked; asked after a park and before a woken target counts as ready."""
+
+
+def _park(value: object) -> object:
+    """``auto``, ``off``, or the requests, with one plain message for what is wrong."""
+    if isinstance(value, str) and value not in ("auto", "off"):
+        raise ValueError(
+            f"expected auto, off or {{request: ..., wake: ..., parked: ...}}, got {value!r}"
+        )
+    if isinstance(value, Mapping):
+        try:
+            return ParkRequests.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            message = str(first["msg"]).removeprefix("Value error, ")
+            if first["type"] == "extra_forbidden":
+                message = "is not a known key (request, wake, parked)"
+            raise ValueError(f"{where}: {message}" if where else message) from None
+    return value
+
+
+Park = Annotated[Literal["auto", "off"] | ParkRequests, BeforeValidator(_park)]
+"""``auto``: the engine's own park action (none for gradio and http); ``off``: never parked."""
+
+
+def no_auto_park(kind: EngineKind, options: EngineOptions) -> str | None:
+    """Why ``park: auto`` has no action for this engine, or ``None`` when it has one."""
+    if kind == "comfyui":
+        return None
+    if kind == "openai":
+        if options.sleep_mode:
+            return None
+        return (
+            "engine openai parks through vLLM's sleep mode: set engine_options.sleep_mode: true "
+            "(vLLM started with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1), or give park: "
+            "{request: ...}"
+        )
+    return (
+        f"engine {kind} has no park action of its own: give park: {{request: {{method, path}}, "
+        "wake: ..., parked: ...} (docs/pools.md), or leave park_after unset"
+    )
+
+
+class EngineOptions(Frozen):
+    """Options of one engine kind."""
+
+    sleep_mode: bool = False
+    """openai: the server is vLLM started with ``--enable-sleep-mode`` and
+    ``VLLM_SERVER_DEV_MODE=1``, so ``park: auto`` parks it with ``POST /sleep?level=1`` and wakes
+    it with ``POST /wake_up``. Off by default: other OpenAI-compatible servers have no sleep."""
+
+
 class EngineSpec(Frozen):
     """What one engine needs, gathered by the router from a target's config."""
 
@@ -173,6 +282,11 @@ class EngineSpec(Frozen):
     """comfyui: absolute path of an API-format workflow run before the target counts as ready."""
     warmup: GradioWarmup | None = None
     """gradio: an API call made before the target counts as ready."""
+    park: Park = "off"
+    """How the engine is parked (the target's ``park``): ``auto`` its own action, explicit
+    requests, or ``off``."""
+    options: EngineOptions = EngineOptions()
+    """The target's ``engine_options``."""
 
 
 class ReplicasSpec(Frozen):

@@ -10,6 +10,9 @@
 - **Wakes**: a page load, a frontend asset, ``POST /prompt`` and ``POST /upload/...``; not the
   API reads a tab makes in the background (``/queue``, ``/history``, ``/system_stats``,
   ``/object_info``, ``/view``, ...) nor its websocket reconnecting.
+- **Parks** (``park: auto``): ``POST /free`` with ``{"unload_models": true, "free_memory":
+  true}`` (ComfyUI unloads its models and frees the cache); waking needs no call, the models load
+  on the next prompt, and with ``warmup_workflow`` the warm-up runs again on every wake.
 
 Every API route also exists under ``/api/`` (the current frontend's relative ``api/...`` URLs),
 so the UI works behind a stripped path prefix.
@@ -32,7 +35,7 @@ from backends.engines.common import (
     Warmup,
     WarmupFailed,
 )
-from backends.specs import EngineSpec
+from backends.specs import EngineCall, EngineSpec, ParkRequests
 
 API_ROUTES: Final = frozenset(
     {
@@ -67,6 +70,11 @@ WAKING_POSTS: Final = ("prompt", "upload/image", "upload/mask")
 """API requests that are someone working: queueing a render, uploading an input image."""
 
 WARMUP_CLIENT_ID: Final = "warmgate-warmup"
+
+FREE: Final = ParkRequests(
+    request=EngineCall(path="/free", json_body={"unload_models": True, "free_memory": True})
+)
+"""ComfyUI's own park action: unload every model and free the memory; no wake call."""
 
 
 def api_route(path: str) -> str | None:
@@ -147,6 +155,9 @@ class ComfyUIEngine(EngineBase):
                 return
             if outcome is not None:
                 raise WarmupFailed(outcome)
+
+    def auto_park(self) -> ParkRequests:
+        return FREE
 
     async def busy(self, base_url: str) -> bool:
         return await self.busy_from(self._queue_remaining(base_url))

@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Final
 import aiohttp
 
 from backends.base import RequestFacts, StreamActivity
-from backends.specs import EngineSpec
+from backends.engines.parking import Parker
+from backends.specs import EngineSpec, ParkRequests
 
 log = logging.getLogger("warmgate.engine")
 
@@ -102,6 +103,12 @@ class EngineBase:
         """Set by an engine with a configured warm-up."""
         self._session: aiohttp.ClientSession | None = None
         self._last_busy = False
+        park = spec.park
+        requests = park if isinstance(park, ParkRequests) else None
+        if park == "auto":
+            requests = self.auto_park()
+        self.parker = Parker(spec.kind, requests) if requests is not None else None
+        """How this engine is parked (docs/pools.md); ``None``: never, only stopped."""
 
     # -- the engine's own HTTP client (never through the proxy: probes are not activity) ----
 
@@ -169,6 +176,27 @@ class EngineBase:
 
     def stream_activity(self, path: str) -> StreamActivity:
         return "frames"
+
+    # -- backends.base.Parkable ---------------------------------------------------------------
+
+    def auto_park(self) -> ParkRequests | None:
+        """The engine kind's own park action, for ``park: auto``; none here (gradio, http)."""
+        return None
+
+    @property
+    def parks(self) -> bool:
+        return self.parker is not None
+
+    async def park(self, base_url: str) -> None:
+        assert self.parker is not None, "park() on an engine that does not park"
+        await self.parker.park(self.client(), base_url)
+
+    async def wake(self, base_url: str) -> None:
+        assert self.parker is not None, "wake() on an engine that does not park"
+        await self.parker.wake(self.client(), base_url)
+
+    async def is_parked(self, base_url: str) -> bool | None:
+        return None if self.parker is None else await self.parker.is_parked(self.client(), base_url)
 
     def stream_is_activity(self, path: str) -> bool:
         return self.stream_activity(path) != "none"
