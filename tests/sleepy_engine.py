@@ -1,5 +1,6 @@
 """A small engine for process-backend tests: ready after ``--load`` seconds, a slow endpoint,
-a silent websocket, and a way to crash. Run as ``python -m tests.sleepy_engine --port P``."""
+a silent websocket, an event stream that goes quiet after one event, and a way to crash.
+Run as ``python -m tests.sleepy_engine --port P``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def build(load: float) -> web.Application:
                 await sock.send_str(msg.data)
         return sock
 
+    async def events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        await asyncio.Event().wait()  # quiet until the connection ends
+        return response
+
     async def page(request: web.Request) -> web.Response:
         return web.Response(
             text="<html><body><h1>engine page</h1></body></html>", content_type="text/html"
@@ -56,6 +64,7 @@ def build(load: float) -> web.Application:
     app.router.add_get("/crash", crash)
     app.router.add_get("/ws", ws)
     app.router.add_get("/page", page)
+    app.router.add_get("/events", events)
     app.router.add_route("*", "/{tail:.*}", hello)
     return app
 

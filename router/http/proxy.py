@@ -6,6 +6,8 @@ websockets, are translated here into warmgate's error tree; the app turns them i
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
@@ -14,7 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from router.errors import BodyTooLarge
+from router.errors import BodyTooLarge, RequestError
 from router.http.failures import translate
 from router.http.h1.connector import pool_of
 from router.http.h1.pool import Endpoint, Exchange, UpstreamFailure, endpoint
@@ -24,7 +26,10 @@ from router.http.headers import (
     needs_empty_length,
     serialize_request_head,
 )
+from router.http.replies import STARTED
 from router.http.runtime import Runtime
+
+log = logging.getLogger("warmgate.proxy")
 
 SMALL_BODY: Final = 64 * 1024
 """Upstream bodies of known length up to this are read at once and written in one go."""
@@ -203,6 +208,8 @@ async def respond(
     if length is None and request.version >= aiohttp.HttpVersion11:
         response.enable_chunked_encoding()
     stream_key: object | None = None
+    ended = False
+    """warmgate ended the stream itself (a release, a shutdown): the end of its body."""
     activity = runtime.activity
     # The engine says how an event stream counts: for its whole life (``open``: it stays in
     # flight, e.g. a running Gradio job), while it carries events (``frames``), or never.
@@ -215,20 +222,38 @@ async def respond(
             runtime.m_in_flight.dec()
 
         async def close(code: int, reason: str) -> None:
+            nonlocal ended
+            ended = True
             upstream.close()
 
         activity.streams[stream_key] = close
     sent = 0
     try:
         await response.prepare(request)
+        request[STARTED] = response
         if stream or upstream.chunks or not upstream.done:
             sent = await _body(request, runtime, upstream, response, stream, counts)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away; the caller's close() ends the upstream exchange
     except UpstreamFailure as exc:
-        # Headers are gone already: the only honest signal left is to cut the connection.
-        translate(exc, runtime, "body")
+        if ended and (response.chunked or length is None):
+            # A terminating chunk (or the end of the connection): a clean end, no error.
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
+        else:
+            # Headers are gone already: the only honest signal left is to cut the connection.
+            if not ended:
+                translate(exc, runtime, "body")
+            if request.transport is not None:
+                request.transport.close()
+    except Exception as exc:
+        # The request failed after the answer began (a chunked upload past max_body): no
+        # second response may follow the first; cut the connection instead.
+        if not response.prepared:
+            raise
+        if not isinstance(exc, RequestError):
+            log.warning("%s: response cut off: %r", runtime.name, exc)
         if request.transport is not None:
             request.transport.close()
     finally:

@@ -9,10 +9,26 @@ from __future__ import annotations
 import html
 import json
 import math
+from typing import Final, TypeVar, cast
 
 from aiohttp import web
 
 from router.errors import RequestError
+
+T = TypeVar("T")
+
+
+def request_key(name: str, kind: type[T]) -> web.RequestKey[T]:
+    """A typed key of a request's storage where aiohttp has them (3.13 on, which warns about
+    plain names); the plain name on older versions (the floor, 3.12.14)."""
+    make = getattr(web, "RequestKey", None)
+    return make(name, kind) if make is not None else cast("web.RequestKey[T]", name)
+
+
+STARTED: Final = request_key("warmgate_started", web.StreamResponse)
+"""The response whose head went out already (a stream, a websocket), set once it did: what a
+request that ends before its handler returns (the client left) was answered, and why no error
+reply may follow it."""
 
 
 def wants_html(request: web.BaseRequest) -> bool:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
@@ -20,7 +21,7 @@ from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
 from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
 from router.http.proxy import request_body, resend, respond, send
-from router.http.replies import error_response
+from router.http.replies import STARTED, error_response, request_key
 from router.http.websocket import forward_websocket, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.match import Match, RouteTable
@@ -83,25 +84,28 @@ class Dispatcher:
         # the work around the awaits is in helpers, so few locals and values stay here.
         started = self.loop.time()
         runtime: TargetRuntime | None = None
+        response: web.StreamResponse | None = None
         try:
             runtime, match = self._route(request)
             if match.redirect is not None:
                 query = request.raw_path.partition("?")[2]
                 location = match.redirect + ("?" + query if query else "")
-                moved = web.Response(status=308, headers={"Location": location})
-                return self._account(request, runtime, started, moved)
+                response = web.Response(status=308, headers={"Location": location})
+                return response
             websocket = is_websocket_upgrade(request)
             state = runtime.servable_now()
             cold_wait: float | None = None
             if state is None:  # cold: a browser loading a page gets the waiting page, or hold
                 page = self._waiting_page(request, runtime, match, websocket)
                 if page is not None:
-                    return self._account(request, runtime, started, page)
+                    response = page
+                    return response
                 state, cold_wait = _ready(
                     await runtime.acquire(self._facts(request, match, websocket))
                 )
             if websocket:  # accounted when it ends, however it ends
-                return await self._websocket(request, runtime, state, match, cold_wait, started)
+                response = await self._websocket(request, runtime, state, match, cold_wait, started)
+                return response
             ep = endpoint(runtime.pick_endpoint(state))
             body, chunked, end = request_body(request, runtime)
             runtime.activity.begin(runtime.loop.time())
@@ -146,19 +150,30 @@ class Dispatcher:
             finally:
                 runtime.activity.end(runtime.loop.time())
                 runtime.m_in_flight.dec()
+            return response
         except RequestError as exc:
-            response = error_response(request, exc)
-        return self._account(request, runtime, started, response)
+            response = _error_reply(request, exc)
+            return response
+        finally:
+            # However the request ends: answered, refused, or cut short (the handler is
+            # cancelled when its client goes away, in the middle of a stream too).
+            self._account(request, runtime, started, response)
 
     def _account(
         self,
         request: web.Request,
         runtime: TargetRuntime | None,
         started: float,
-        response: web.StreamResponse,
-    ) -> web.StreamResponse:
+        response: web.StreamResponse | None,
+    ) -> None:
+        """Count and log one request, once (a websocket's end may have come first);
+        ``response`` None: it ended before its handler returned (see :func:`_answered`)."""
+        if ACCOUNTED in request:
+            return
+        request[ACCOUNTED] = True
         target = runtime.name if runtime is not None else "-"
-        self._count(target, request.method, response.status)
+        status = response.status if response is not None else _answered(request)
+        self._count(target, request.method, status)
         if runtime is not None:
             runtime.m_request_duration.observe(self.loop.time() - started)
         if self.access_log:
@@ -167,11 +182,10 @@ class Dispatcher:
                 request.remote,
                 request.method,
                 logged_path(request.raw_path, self.log_query),
-                response.status,
+                status,
                 target,
                 self.loop.time() - started,
             )
-        return response
 
     def _route(self, request: web.Request) -> tuple[TargetRuntime, Match]:
         raw = request.raw_path
@@ -253,6 +267,34 @@ class Dispatcher:
         session = self.sessions[runtime.name]
         ended = functools.partial(self._account, request, runtime, started)
         return await forward_websocket(request, runtime, session, url, headers, cold_wait, ended)
+
+
+ACCOUNTED: Final = request_key("warmgate_accounted", bool)
+"""Set once a request was counted and logged."""
+CLIENT_CLOSED = 499
+"""The status logged and counted for a request whose client left before any answer (nginx's)."""
+
+
+def _answered(request: web.Request) -> int:
+    """The status of a request that ended without a response from its handler: that of the
+    head that went out already (a stream); else 499 when its client left (the handler was
+    cancelled), 500 when it failed."""
+    started: web.StreamResponse | None = request.get(STARTED)
+    if started is not None:
+        return started.status
+    # Called from the handler's ``finally``, while what ends it propagates.
+    return CLIENT_CLOSED if isinstance(sys.exc_info()[1], asyncio.CancelledError) else 500
+
+
+def _error_reply(request: web.Request, error: RequestError) -> web.StreamResponse:
+    """The reply for ``error``; once a response head went out, none may follow it: the
+    connection is cut, and the response that began stays the answer."""
+    started: web.StreamResponse | None = request.get(STARTED)
+    if started is None:
+        return error_response(request, error)
+    if request.transport is not None:
+        request.transport.close()
+    return started
 
 
 def _ready(held: HoldResult) -> tuple[TargetState, float | None]:
