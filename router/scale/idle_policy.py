@@ -107,7 +107,8 @@ class IdlePolicy:
         return total / self._unit
 
     def _choose(self, cold_start: float) -> float:
-        """The candidate of least cost (on a tie, the longer: fewer cold starts)."""
+        """The candidate of least cost (on a tie, the shorter: the gaps seen give no reason to
+        hold the card longer than it takes to cover them)."""
         candidates = [self.lower, self.upper]
         candidates += [e for i in range(BINS) if self.lower < (e := edge(i + 1)) < self.upper]
         candidates.sort()
@@ -126,7 +127,7 @@ class IdlePolicy:
                 weight_above -= w
                 j += 1
             cost = kept_cost + weight_above * (keep * self.gpu + penalty)
-            if cost <= best_cost * (1 + 1e-12):
+            if cost < best_cost * (1 - 1e-12):
                 best, best_cost = keep, cost
         return best
 

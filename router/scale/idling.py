@@ -7,15 +7,36 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import logging
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from router.config import Economics, Scaling
 from router.config.windows import Window
 from router.scale.idle_policy import IdlePolicy
+
+log = logging.getLogger("warmgate.state")
+
+IDLE_KEY = "idle"
+"""The key the learned histogram is kept under, beside the learned cold starts."""
+_CLOSE_TIMEOUT = 5.0
+
+
+class Store(Protocol):
+    """Where the histogram outlives a restart (``backends.base.StateStore`` is one: a state file
+    on one machine, the Deployment's annotation in a cluster)."""
+
+    @property
+    def where(self) -> str: ...
+
+    async def load(self, key: str) -> dict[str, Any] | None: ...
+
+    async def save(self, key: str, document: Mapping[str, Any]) -> None: ...
+
 
 _HORIZON_DAYS = 8
 """Windows are looked up this many days ahead (a weekly window always shows its next start)."""
@@ -63,6 +84,8 @@ class IdleRule:
         """A gap was learned since the last save."""
         self._window_until = -math.inf
         self._window_active = False
+        self._store: Store | None = None
+        self._saving: asyncio.Task[None] | None = None
 
     def idle_after(self, cold_start: float) -> float:
         """Seconds idle before the release, now."""
@@ -74,6 +97,44 @@ class IdleRule:
         """Activity began again after ``gap`` seconds idle (a request, a hold, a page)."""
         if self.policy is not None and self.policy.observe(gap):
             self.dirty = True
+            self._save_soon()
+
+    # -- kept across restarts ---------------------------------------------------------------
+
+    async def restore(self, store: Store) -> None:
+        """Read back the histogram learned before a restart (unreadable: a warning, relearned)
+        and keep it in ``store`` from now on, written through as it changes."""
+        if self.policy is None:
+            return
+        document = await store.load(IDLE_KEY)
+        if document is not None and not self.policy.load_json(document):
+            log.warning("ignoring the idle histogram in %s: unknown form", store.where)
+        self._store = store
+
+    def _save_soon(self) -> None:
+        """One write at a time, of the latest histogram; never blocks, never raises."""
+        if self._store is None or (self._saving is not None and not self._saving.done()):
+            return
+        self._saving = self.loop.create_task(self._save(), name="idle-histogram")
+
+    async def _save(self) -> None:
+        while self._store is not None and self.policy is not None and self.dirty:
+            self.dirty = False
+            try:
+                await self._store.save(IDLE_KEY, self.policy.to_json())
+            except Exception as exc:  # a store away costs a relearn, never a start
+                log.warning("idle histogram not kept in %s: %s", self._store.where, exc)
+                return
+
+    async def close(self) -> None:
+        """The last histogram is written (bounded), nothing after."""
+        if self._store is None:
+            return
+        self._save_soon()
+        if self._saving is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._saving), _CLOSE_TIMEOUT)
+        self._store = None
 
     def kept_warm(self) -> tuple[bool, float]:
         """Inside a ``keep_warm`` window now, and the loop time at which that changes."""

@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 KINDS = ("page", "render", "api")
 COLUMNS = ("time", "target", "model", "kind", "work_seconds", "tokens", "private")
@@ -195,7 +196,7 @@ def read(path: str | Path, start: datetime.datetime = DEFAULT_START) -> Trace:
         raise TraceError(str(file), 0, "(file)", f"cannot be read: {exc.strerror}") from exc
 
 
-def write(requests: Sequence[Request], start: float, handle: io.TextIOBase | io.StringIO) -> None:
+def write(requests: Sequence[Request], start: float, handle: TextIO) -> None:
     """CSV with the full header, times in ISO 8601 (UTC, milliseconds)."""
     out = csv.writer(handle, lineterminator="\n")
     out.writerow(["time", "target", "model", "kind", "work_seconds", "tokens", "private"])

@@ -1,0 +1,1 @@
+"""Request traces for ``warmgate simulate`` (loadtests/traces/generate.py)."""

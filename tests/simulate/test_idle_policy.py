@@ -1,0 +1,156 @@
+"""idle_after: auto: the learned value within its bounds, the fallback before enough gaps, the
+histogram kept across a restart; the config keys that ask for it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from router.config import Economics, Scaling, parse_config
+from router.config.windows import parse_window
+from router.errors import ConfigError
+from router.scale.idle_policy import MIN_GAPS, IdlePolicy
+from router.scale.idling import IDLE_KEY, IdleRule, window_state
+
+GPU, WAIT = 2.0 / 3600, 0.01
+
+
+def test_falls_back_to_the_upper_bound_until_enough_gaps() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for _ in range(MIN_GAPS - 1):
+        assert policy.observe(300.0)
+    assert not policy.learned and policy.idle_after(60.0) == 3600.0
+    assert not policy.observe(30.0)  # within a burst: below the lower bound, not a gap
+    policy.observe(300.0)
+    assert policy.learned
+    assert 300.0 <= policy.idle_after(60.0) < 400.0  # keeps through the pauses it has seen
+
+
+def test_long_gaps_alone_release_at_the_lower_bound() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for _ in range(20):
+        policy.observe(50_000.0)  # overnight: nothing is worth keeping the card for
+    assert policy.idle_after(60.0) == 120.0
+
+
+def test_frequent_pauses_within_an_hour_are_kept_through() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for _ in range(20):
+        policy.observe(3000.0)  # a long cold start costs more than 50 idle minutes
+    assert 3000.0 <= policy.idle_after(600.0) <= 3600.0
+
+
+def test_the_answer_is_the_cheapest_candidate() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for gap in [200.0] * 10 + [1500.0] * 3 + [40_000.0] * 5:
+        policy.observe(gap)
+    best = policy.idle_after(60.0)
+    for other in (120.0, 600.0, 1800.0, 3600.0):
+        assert policy.expected_cost(best, 60.0) <= policy.expected_cost(other, 60.0) + 1e-9
+
+
+def test_json_round_trip_and_unknown_forms() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for gap in [300.0] * 12:
+        policy.observe(gap)
+    again = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    assert again.load_json(policy.to_json())
+    assert again.learned and again.idle_after(60.0) == policy.idle_after(60.0)
+    assert not again.load_json({"version": 99})
+    assert not again.load_json({"version": 1, "ratio": 1.08, "gaps": 3, "bins": {"x": 1}})
+
+
+class MemoryStore:
+    """The state store's fake twin: documents in a dict."""
+
+    where = "memory"
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict[str, Any]] = {}
+
+    async def load(self, key: str) -> dict[str, Any] | None:
+        return self.documents.get(key)
+
+    async def save(self, key: str, document: Mapping[str, Any]) -> None:
+        self.documents[key] = dict(document)
+
+
+async def test_the_histogram_survives_a_restart() -> None:
+    loop = asyncio.get_running_loop()
+    scaling = Scaling(idle_after="auto")
+    store = MemoryStore()
+    rule = IdleRule(scaling, Economics(), loop)
+    await rule.restore(store)
+    for _ in range(10):
+        rule.resumed(400.0)
+    await rule.close()
+    assert store.documents[IDLE_KEY]["gaps"] == 10
+
+    after = IdleRule(scaling, Economics(), loop)
+    await after.restore(store)
+    assert after.policy is not None and after.policy.learned
+    assert after.idle_after(60.0) == rule.idle_after(60.0) < 3600.0
+    await after.close()
+
+
+def test_config_accepts_auto_bounds_windows_and_prices() -> None:
+    config = parse_config(
+        {
+            "economics": {"gpu_hour_usd": 3.0, "cold_wait_usd_per_second": 0.02},
+            "targets": {
+                "t": {
+                    "routes": [{"path_prefix": "/"}],
+                    "backend": {"kind": "static", "url": "http://127.0.0.1:1"},
+                    "scaling": {
+                        "idle_after": "auto",
+                        "idle_bounds": ["1m", "30m"],
+                        "keep_warm": ["Mon-Fri 08:30-18:00 Europe/Berlin"],
+                    },
+                }
+            },
+        }
+    )
+    scaling = config.targets["t"].scaling
+    assert scaling.idle_after == "auto" and scaling.idle_auto
+    assert scaling.idle_bounds == (60.0, 1800.0) and scaling.idle_seconds == 1800.0
+    assert config.economics.gpu_hour_usd == 3.0
+    assert Scaling(idle_after="10m").idle_seconds == 600.0
+
+
+@pytest.mark.parametrize(
+    ("scaling", "key"),
+    [
+        ({"keep_warm": ["Mon-Fri 25:00-18:00"]}, "targets.t.scaling.keep_warm"),
+        ({"keep_warm": ["Mon-Fri 08:00-18:00 Mars/Olympus"]}, "targets.t.scaling.keep_warm"),
+        ({"keep_warm": ["weekdays"]}, "targets.t.scaling.keep_warm"),
+        ({"idle_bounds": ["1h", "2m"]}, "targets.t.scaling.idle_bounds"),
+        ({"idle_after": "sometimes"}, "targets.t.scaling.idle_after"),
+    ],
+)
+def test_bad_values_name_their_key(scaling: dict[str, Any], key: str) -> None:
+    data = {
+        "targets": {
+            "t": {
+                "routes": [{"path_prefix": "/"}],
+                "backend": {"kind": "static", "url": "http://127.0.0.1:1"},
+                "scaling": scaling,
+            }
+        }
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "w.yaml")
+    assert key in str(caught.value)
+
+
+def test_windows_in_their_zone() -> None:
+    windows = (parse_window("Mon-Fri 08:30-18:00 Europe/Berlin"),)
+    friday_5pm_berlin = datetime.datetime(2025, 3, 7, 16, 0, tzinfo=datetime.UTC).timestamp()
+    inside, until = window_state(windows, friday_5pm_berlin)
+    assert inside and until == friday_5pm_berlin + 3600
+    inside, until = window_state(windows, friday_5pm_berlin + 7200)
+    monday = datetime.datetime(2025, 3, 10, 7, 30, tzinfo=datetime.UTC).timestamp()
+    assert not inside and until == monday
