@@ -53,7 +53,9 @@ class ServerSettings(Frozen):
     access_log: bool = True
     """One log line per request on the ``warmgate.access`` logger."""
     trust_forwarded: bool = False
-    """Append to an incoming X-Forwarded-For instead of replacing it (behind a trusted gateway)."""
+    """Behind a trusted gateway: append to an incoming X-Forwarded-For instead of replacing it,
+    keep its X-Forwarded-Proto and -Host, and pass its Forwarded and X-Real-IP on. Off, a
+    client's Forwarded and X-Real-IP are dropped (an engine would believe a forged address)."""
     log_query: bool = False
     """Write the request's query string in the access log too. Off by default: tokens and
     signed URLs travel in query strings, and a log is read by more people than a Secret."""

@@ -20,6 +20,11 @@ HOP_BY_HOP = frozenset(
         "Upgrade",
     )
 )
+CLIENT_FORWARDING = frozenset(("forwarded", "x-real-ip"))
+"""Forwarding headers warmgate does not write: a client's are dropped unless
+``server.trust_forwarded`` (an engine, or a proxy behind warmgate, would believe a forged
+client address). ``X-Forwarded-*`` are always written by warmgate (see :func:`_forwarded`)."""
+_UNTRUSTED_DROP = HOP_BY_HOP | CLIENT_FORWARDING
 WEBSOCKET_HANDSHAKE = frozenset(
     h.lower()
     for h in (
@@ -93,7 +98,9 @@ def upstream_request_head(
     the client sent no Host; ``end`` ends the head (the body's framing header, if any, and the
     blank line)."""
     tokens = _connection_tokens(headers)
-    drop = HOP_BY_HOP | tokens if tokens else HOP_BY_HOP
+    drop = HOP_BY_HOP if trust_forwarded else _UNTRUSTED_DROP
+    if tokens:
+        drop = drop | tokens
     parts = [request_line]
     for name, value in headers.items():
         lower = name.lower()
@@ -147,8 +154,10 @@ def upstream_request_headers(
     skip: Iterable[str] = (),
 ) -> CIMultiDict[str]:
     """Headers to send upstream. Host passes through unchanged (engines check Origin against it
-    and build URLs from it); hop-by-hop headers and those named in Connection are dropped."""
-    drop = HOP_BY_HOP | _connection_tokens(headers) | frozenset(skip)
+    and build URLs from it); hop-by-hop headers and those named in Connection are dropped, and
+    so are the client's forwarding headers unless trusted."""
+    drop = (HOP_BY_HOP if trust_forwarded else _UNTRUSTED_DROP) | _connection_tokens(headers)
+    drop |= frozenset(skip)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         lower = name.lower()
