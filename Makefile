@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test faults test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool clean
+.PHONY: install demo test faults test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
 
 install: $(STAMP)
 
@@ -23,7 +23,7 @@ demo: install
 	@echo "\n  open http://127.0.0.1:8080/  (dashboard: http://127.0.0.1:9090/, metrics: http://127.0.0.1:9090/metrics)\n"
 	$(BIN)/warmgate serve --config $(CONFIG)
 
-test: install chromium promtool kube-bins
+test: install chromium promtool kube-bins gradio529
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q
 	$(MAKE) test-aiohttp-floor
 
@@ -44,6 +44,18 @@ test-aiohttp-floor: install
 	test -d $(FLOOR_DIR)/aiohttp-$(AIOHTTP_FLOOR).dist-info || (rm -rf $(FLOOR_DIR) && $(BIN)/pip install -q --no-deps --target $(FLOOR_DIR) aiohttp==$(AIOHTTP_FLOOR))
 	PYTHONPATH=$(FLOOR_DIR) $(BIN)/python -c 'import aiohttp, sys; print("aiohttp", aiohttp.__version__, "from", aiohttp.__file__); sys.exit(aiohttp.__version__ != "$(AIOHTTP_FLOOR)")'
 	PYTHONPATH=$(FLOOR_DIR) $(BIN)/python -m pytest -q $(HTTP_TESTS)
+
+# Gradio 5.29, the version Wan2GP pins, in a test-only environment for tests/test_gradio_queue.py
+# (beside the current Gradio of .venv); that test is skipped, saying why, when it could not be built.
+GRADIO529 := .venv-gradio529
+
+gradio529: $(GRADIO529)/.installed
+
+$(GRADIO529)/.installed:
+	@(test -x $(GRADIO529)/bin/python || $(PYTHON) -m venv $(GRADIO529)) \
+	  && $(GRADIO529)/bin/pip install -q 'gradio==5.29.*' 'huggingface_hub<1' requests \
+	  && touch $@ \
+	  || echo "Gradio 5.29 could not be installed in $(GRADIO529): its tests will be skipped"
 
 # Debian's chromium drives the waiting-page test (playwright uses it; it downloads no browser).
 chromium:
@@ -82,5 +94,5 @@ loadtest: install
 	$(BIN)/python -m loadtests.loadtest $(LOADTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(FLOOR_DIR) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) $(FLOOR_DIR) $(GRADIO529) .mypy_cache .ruff_cache .pytest_cache *.egg-info
 	rm -f router/cluster/keda_proto/*_pb2*.py router/cluster/keda_proto/*_pb2*.pyi

@@ -116,10 +116,14 @@ class RequestFacts:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-StreamActivity = Literal["open", "frames", "none"]
+StreamActivity = Literal["open", "frames", "none", "jobs"]
 """How a long-lived stream counts: ``open``: activity for its whole life, like a request in
-flight (a Gradio job's event stream); ``frames``: activity only while it carries frames (the
-generic default); ``none``: never (a Gradio heartbeat, a ComfyUI tab's status socket)."""
+flight (a streamed completion); ``frames``: activity only while it carries frames (the generic
+default); ``none``: never (a Gradio heartbeat, a ComfyUI tab's status socket); ``jobs``: an
+event stream of JSON messages in Gradio's queue protocol (``{"msg", "event_id"}``), activity
+while a job it carries is unfinished: from the first message naming its event id until its
+``process_completed`` (``close_stream`` ends them all; heartbeats are nothing). A websocket
+said to be ``jobs`` counts by its frames."""
 
 
 class Engine(Protocol):

@@ -82,12 +82,12 @@ def test_wake_on_narrows_every_engine() -> None:
 @pytest.mark.parametrize(
     ("path", "activity", "wakes"),
     [
-        ("/gradio_api/queue/data", "open", False),
+        ("/gradio_api/queue/data", "jobs", False),
         ("/gradio_api/call/generate/ev1", "open", True),
         ("/gradio_api/heartbeat/abc", "none", False),
         ("/gradio_api/upload_progress", "frames", True),
         ("/config", "frames", True),
-        ("/queue/data", "open", False),  # Gradio 4, no api prefix
+        ("/queue/data", "jobs", False),  # Gradio 4, no api prefix
     ],
 )
 def test_gradio_streams_and_wakes(path: str, activity: str, wakes: bool) -> None:

@@ -4,10 +4,12 @@
   through the app's API (``POST {api}/call/<api_name>``, then its event stream until
   ``complete``) before the target counts as ready: an app that loads its model on the first
   generation has it resident before the first person waits.
-- **Busy**: a job runs from ``queue/join`` until its ``queue/data`` event stream closes
-  (``close_stream``), so that stream is activity for its whole life, however rarely it speaks
-  (likewise a ``call/<api_name>/<event_id>`` stream). Jobs still waiting in Gradio's queue are
-  polled (``{api}/queue/status`` -> ``queue_size``).
+- **Busy**: a ``queue/data`` event stream is activity while a job it carries is unfinished
+  (``jobs``: from ``estimation`` or ``process_starts`` until ``process_completed``), however
+  rarely it speaks; not for its whole life, since Gradio's page may leave one open that carries
+  only heartbeats with no job behind it. A ``call/<api_name>/<event_id>`` stream lasts exactly
+  as long as its job and is activity for its whole life. Jobs still waiting in Gradio's queue
+  are polled too (``{api}/queue/status`` -> ``queue_size``).
 - **Not activity**: ``{api}/heartbeat/<session>`` streams stay open for a tab's whole life. They
   are never cut while the target is up either: Gradio cancels a session's jobs when its heartbeat
   drops. They are closed only when the target is released.
@@ -43,9 +45,14 @@ def is_heartbeat(path: str) -> bool:
     return "/heartbeat/" in path
 
 
-def is_job_stream(path: str) -> bool:
-    """A stream that lasts exactly as long as a job: ``queue/data`` or ``call/<name>/<id>``."""
-    return path.rstrip("/").endswith("/queue/data") or "/call/" in path
+def is_queue_stream(path: str) -> bool:
+    """A session's ``queue/data`` stream: its jobs' messages, and heartbeats."""
+    return path.rstrip("/").endswith("/queue/data")
+
+
+def is_call_stream(path: str) -> bool:
+    """A stream that lasts exactly as long as its job: ``call/<api_name>/<event_id>``."""
+    return "/call/" in path
 
 
 def sse_events(buffer: str) -> tuple[list[tuple[str, str]], str]:
@@ -124,9 +131,11 @@ class GradioEngine(EngineBase):
             return None
 
     def request_wakes(self, facts: RequestFacts) -> bool:
-        return not (is_heartbeat(facts.path) or facts.path.rstrip("/").endswith("/queue/data"))
+        return not (is_heartbeat(facts.path) or is_queue_stream(facts.path))
 
     def stream_activity(self, path: str) -> StreamActivity:
         if is_heartbeat(path):
             return "none"
-        return "open" if is_job_stream(path) else "frames"
+        if is_queue_stream(path):
+            return "jobs"
+        return "open" if is_call_stream(path) else "frames"

@@ -28,6 +28,7 @@ from router.http.headers import (
 )
 from router.http.replies import STARTED
 from router.http.runtime import Runtime
+from router.http.sse import JobWatch
 
 log = logging.getLogger("warmgate.proxy")
 
@@ -212,9 +213,11 @@ async def respond(
     """warmgate ended the stream itself (a release, a shutdown): the end of its body."""
     activity = runtime.activity
     # The engine says how an event stream counts: for its whole life (``open``: it stays in
-    # flight, e.g. a running Gradio job), while it carries events (``frames``), or never.
+    # flight, e.g. a streamed completion), while it carries events (``frames``), while a job it
+    # carries runs (``jobs``: Gradio's queue/data, watched by router.http.sse), or never.
     mode = runtime.engine.stream_activity(path) if stream else "open"
     counts = mode == "frames"
+    watch = JobWatch(runtime) if mode == "jobs" else None
     if stream:
         stream_key = object()
         if mode != "open":
@@ -232,7 +235,7 @@ async def respond(
         await response.prepare(request)
         request[STARTED] = response
         if stream or upstream.chunks or not upstream.done:
-            sent = await _body(request, runtime, upstream, response, stream, counts)
+            sent = await _body(request, runtime, upstream, response, stream, counts, watch)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away; the caller's close() ends the upstream exchange
@@ -260,8 +263,12 @@ async def respond(
         runtime.m_bytes_out.inc(sent + upstream.sent)
         if stream_key is not None:
             activity.streams.pop(stream_key, None)
+            if watch is not None:
+                watch.close()
             if mode != "open":
-                activity.begin(runtime.loop.time())  # balanced by the caller's end()
+                # balanced by the caller's end(), which leaves the idle clock alone: the end
+                # of a stream is no activity (its frames or jobs were)
+                activity.rejoin()
                 runtime.m_in_flight.inc()
     return response
 
@@ -290,6 +297,7 @@ async def _body(
     response: web.StreamResponse,
     stream: bool,
     counts: bool,
+    watch: JobWatch | None = None,
 ) -> int:
     """Stream the body; returns the bytes written here (``upstream.sent`` counts the rest)."""
     writer = request.writer
@@ -310,4 +318,6 @@ async def _body(
         sent += len(chunk)
         if counts:
             runtime.activity.last_frame = runtime.loop.time()
+        elif watch is not None:
+            watch.feed(chunk)
     return sent

@@ -79,6 +79,10 @@ class Activity(Protocol):
 
     def end(self, now: float) -> None: ...
 
+    def rejoin(self) -> None:
+        """Count a request in flight again without activity: its coming end is none."""
+        ...
+
 
 class Engine(Protocol):
     def stream_activity(self, path: str) -> str:

@@ -175,7 +175,8 @@ async def forward_websocket(
             activity.end(runtime.loop.time())
             runtime.m_in_flight.dec()
             in_flight = False
-        return await _run(request, runtime, upstream, cold_wait, mode == "frames", ended)
+        counts = mode in ("frames", "jobs")  # a websocket is not watched for jobs
+        return await _run(request, runtime, upstream, cold_wait, counts, ended)
     finally:
         if in_flight:
             activity.end(runtime.loop.time())

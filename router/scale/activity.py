@@ -17,6 +17,7 @@ class Activity:
         "last_frame",
         "last_request",
         "on_resume",
+        "quiet_ends",
         "streams",
         "wanted_until",
     )
@@ -40,6 +41,8 @@ class Activity:
         self.on_resume: Callable[[float], None] | None = None
         """Called with the loop time when a request begins with none in flight (before it is
         counted): where a gap between bursts ends (``idle_after: auto``)."""
+        self.quiet_ends = 0
+        """Ends still to come that are no activity (see :meth:`rejoin`)."""
 
     def begin(self, now: float) -> None:
         if self.in_flight == 0 and self.on_resume is not None:
@@ -49,7 +52,17 @@ class Activity:
 
     def end(self, now: float) -> None:
         self.in_flight -= 1
-        self.last_request = now
+        if self.quiet_ends > 0:
+            self.quiet_ends -= 1
+        else:
+            self.last_request = now
+
+    def rejoin(self) -> None:
+        """Count again a request that stopped counting while its answer, a long-lived stream,
+        counted by its frames or jobs: the :meth:`end` that follows at once balances it and
+        leaves the idle clock alone, since the end of a stream is no activity."""
+        self.in_flight += 1
+        self.quiet_ends += 1
 
     def idle_since(self, stream_window: float) -> float | None:
         """Loop time since which the target has been idle, or ``None`` while it is active."""
