@@ -40,6 +40,7 @@ SECTION_MODULES = (
     "loadtests.bench_held",
     "loadtests.bench_coldstart",
     "loadtests.bench_policy",
+    "loadtests.bench_simulate",
 )
 
 
