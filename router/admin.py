@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from router.keys import METRICS, READINESS, RUNTIMES
+from router.scale.state import Phase
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -26,12 +29,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def targets(request: web.Request) -> web.Response:
-    now = request.loop.time()
+    now = asyncio.get_running_loop().time()
     out = {}
     for name, runtime in request.app[RUNTIMES].items():
         state = runtime.state
         activity = runtime.activity
         idle_since = activity.idle_since(runtime.spec.scaling.stream_activity_window)
+        if state.phase is Phase.COLD or state.phase is Phase.STARTING:
+            idle_since = None  # nothing running yet to be idle: the clock starts once ready
         out[name] = {
             "phase": state.phase.value,
             "for_seconds": round(now - state.since, 3),
