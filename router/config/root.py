@@ -47,7 +47,9 @@ class ServerSettings(Frozen):
     drain_grace: Duration = 30.0
     """On SIGTERM, how long in-flight requests may finish before warmgate exits anyway."""
     header_timeout: Duration = 10.0
-    """A client must send its full request head within this; cuts off slowloris clients."""
+    """A client must send each full request head within this; cuts off slowloris clients. The
+    first head counts from when the connection opens, each later one on a keep-alive connection
+    from its first byte (the wait between requests is ``keepalive_timeout``'s)."""
     keepalive_timeout: Duration = 75.0
     """Idle client keep-alive connections are closed after this (browsers use ~60-75 s)."""
     access_log: bool = True
