@@ -48,6 +48,10 @@ async def targets(request: web.Request) -> web.Response:
             "idle_seconds": None if idle_since is None else round(max(0.0, now - idle_since), 3),
             # idle_after in force (learned for auto), what it was learned from, keep_warm
             **runtime.idling.describe(runtime.predicted_cold_start()),
+            # the parked tier and the GPU pool (docs/pools.md)
+            "waking": state.waking,
+            "waiting_for": state.waiting_for or None,
+            "pool": runtime.pool.name if runtime.pool is not None else None,
         }
     return web.json_response(out)
 

@@ -28,6 +28,7 @@ from router.routing.dispatch import Dispatcher
 from router.routing.match import RouteTable
 from router.routing.waiting import PREFIX, WaitingPages
 from router.scale.lifecycle import Lifecycle
+from router.scale.pool_runtime import PoolRuntime
 from router.scale.targets import TargetRuntime
 
 
@@ -92,6 +93,9 @@ def build_apps(config: Config) -> Apps:
         if config.replicas is not None
         else None
     )
+    for pool, spec in config.pools.items():  # each member's runtime knows its pool from here
+        members = [runtimes[name] for name, t in config.targets.items() if t.pool == pool]
+        PoolRuntime(pool, spec, members, metrics, loop, replicas)
     readiness = Readiness(runtimes=runtimes, replicas=replicas)
     sessions: dict[str, aiohttp.ClientSession] = {}
     dispatcher = Dispatcher(

@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _COLD_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600)
+_WAKE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60, 120)
 
 
 class Metrics:
@@ -99,6 +100,43 @@ class Metrics:
             "gpu_seconds",
             "Seconds a target spent ready, with activity (busy) or without (idle)",
             ["target", "state"],
+            namespace=ns,
+            registry=r,
+        )
+        self.parks = Counter(
+            "parks",
+            "Parks made: the engine dropped its weights from the GPU, its process stays",
+            ["target"],
+            namespace=ns,
+            registry=r,
+        )
+        self.wake_seconds = Histogram(
+            "wake_seconds",
+            "From parked to ready: the engine's reload (and warm-up)",
+            ["target"],
+            buckets=_WAKE_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        self.pool_resident = Gauge(
+            "pool_resident",
+            "Targets of a GPU pool holding its GPUs now (starting, ready, draining, parking, "
+            "waking)",
+            ["pool"],
+            namespace=ns,
+            registry=r,
+        )
+        self.pool_displacements = Counter(
+            "pool_displacements",
+            "Resident targets a GPU pool displaced for another, parked or stopped",
+            ["pool", "target", "how"],
+            namespace=ns,
+            registry=r,
+        )
+        self.pool_waits = Counter(
+            "pool_waits",
+            "Starts or wakes that had to wait for room in their GPU pool",
+            ["pool", "target"],
             namespace=ns,
             registry=r,
         )

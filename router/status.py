@@ -78,13 +78,18 @@ def table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
 
 
 def _idle(t: dict[str, Any], now: float) -> str:
-    if t["phase"] not in ("ready", "draining"):
+    if t["phase"] not in ("ready", "draining", "parked"):
         return "-"
     return "active" if t["idle_since"] is None else duration(now - t["idle_since"])
 
 
 def _eta(t: dict[str, Any], now: float) -> str:
     eta = t.get("eta")
+    parked = t.get("parked")
+    if t["phase"] == "parked" and parked:  # a wake, not a cold start
+        if parked.get("waking") and t["since"] is not None:
+            return f"~{duration(max(0.0, parked['wake_eta'] - (now - t['since'])))} left"
+        return f"~{duration(parked['wake_eta'])}"
     if eta is None or t["phase"] not in ("cold", "starting", "failed"):
         return "-"
     if t["phase"] == "starting" and t["since"] is not None:

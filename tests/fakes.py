@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from backends.base import Observation, ObservationListener, RequestFacts, StreamActivity
+from backends.base import (
+    Observation,
+    ObservationListener,
+    ParkError,
+    RequestFacts,
+    StreamActivity,
+)
 
 
 class FakeBackend:
@@ -86,3 +92,39 @@ class FakeEngine:
 
     async def close(self) -> None:
         return None
+
+
+class FakeParkingEngine(FakeEngine):
+    """A :class:`FakeEngine` that parks (:class:`backends.base.Parkable`): parked, it says so;
+    woken, it is ready ``wake_seconds`` later. Records every park and wake."""
+
+    def __init__(self, wake_seconds: float = 1.0) -> None:
+        super().__init__()
+        self.wake_seconds = wake_seconds
+        self.parked = False
+        self.calls: list[str] = []
+        self.fail_park: str | None = None
+        self.fail_wake: str | None = None
+        self.park_seconds = 0.0
+        """How long dropping the weights takes."""
+
+    @property
+    def parks(self) -> bool:
+        return True
+
+    async def park(self, base_url: str) -> None:
+        self.calls.append("park")
+        await asyncio.sleep(self.park_seconds)
+        if self.fail_park is not None:
+            raise ParkError(self.fail_park)
+        self.parked = True
+
+    async def wake(self, base_url: str) -> None:
+        self.calls.append("wake")
+        if self.fail_wake is not None:
+            raise ParkError(self.fail_wake)
+        self.parked = False
+        self.ready_at = asyncio.get_running_loop().time() + self.wake_seconds
+
+    async def is_parked(self, base_url: str) -> bool | None:
+        return self.parked

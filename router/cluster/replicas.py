@@ -108,6 +108,10 @@ class Replicas:
     def idle_since(self, target: str) -> float | None:
         return self.combined(target).idle_since
 
+    def wanted(self, target: str) -> bool:
+        combined = self.combined(target)
+        return combined.held > 0 or combined.wanted_until > self.now
+
     def add_fenceable(self, target: str, fenceable: Fenceable) -> None:
         self.fenceables[target] = fenceable
 
@@ -205,14 +209,20 @@ class Replicas:
 
     # -- fencing --------------------------------------------------------------------------
 
-    async def fence_others(self, target: str) -> str | None:
+    async def fence_others(self, target: str, needed: float | None = None) -> str | None:
         """Ask every other replica to hold new requests for ``target``: ``None`` when all
         did, else why not (the ones fenced are let go again)."""
         self.peers.sync()
         now, grace = self.now, self.spec.peer_grace
         records = self.records.values()
         asked = [r for r in records if r.listed or now - r.heard_at < grace]
-        body = {"target": target, "leader": self.identity, "seconds": self.spec.fence_timeout}
+        body: dict[str, Any] = {
+            "target": target,
+            "leader": self.identity,
+            "seconds": self.spec.fence_timeout,
+        }
+        if needed is not None:  # a park: idle for less than idle_after will do
+            body["idle"] = needed
         answers = await self.peers.post_all([r.peer for r in asked], "/replicas/fence", body)
         refused: list[str] = []
         for record, answer in zip(asked, answers, strict=True):
@@ -232,19 +242,28 @@ class Replicas:
         body = {"target": target, "leader": self.identity}
         await self.peers.post_all(chosen, "/replicas/unfence", body)
 
-    def fence(self, target: str, seconds: float, leader: str) -> str | None:
+    async def parked_others(self, target: str) -> None:
+        peers = [r.peer for r in self.records.values()]
+        body = {"target": target, "leader": self.identity, "parked": True}
+        await self.peers.post_all(peers, "/replicas/unfence", body)
+
+    def fence(
+        self, target: str, seconds: float, leader: str, needed: float | None = None
+    ) -> str | None:
         fenceable = self.fenceables.get(target)
         if fenceable is None:
             return f"no target {target!r} here"
         if not math.isfinite(seconds):
             return "seconds must be a finite number"
         seconds = min(max(0.0, seconds), self.spec.fence_timeout)  # never longer than ours
-        return fenceable.fence(self.now + seconds, leader)
+        if needed is not None and not math.isfinite(needed):
+            return "idle must be a finite number"
+        return fenceable.fence(self.now + seconds, leader, needed)
 
-    def unfence(self, target: str) -> None:
+    def unfence(self, target: str, parked: bool = False) -> None:
         fenceable = self.fenceables.get(target)
         if fenceable is not None:
-            fenceable.unfence()
+            fenceable.unfence(parked=parked)
 
     def describe(self) -> dict[str, Any]:
         now = self.now

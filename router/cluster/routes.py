@@ -64,15 +64,16 @@ async def fence(request: web.Request) -> web.Response:
     target, leader = str(body.get("target") or ""), str(body.get("leader") or "?")
     try:
         seconds = float(body.get("seconds") or 0)
+        needed = None if body.get("idle") is None else float(body["idle"])
     except (TypeError, ValueError) as exc:
-        raise web.HTTPBadRequest(text="seconds: expected a number") from exc
-    refused = request.app[REPLICAS].fence(target, seconds, leader)
+        raise web.HTTPBadRequest(text="seconds and idle: expected numbers") from exc
+    refused = request.app[REPLICAS].fence(target, seconds, leader, needed)
     return web.json_response({"fenced": refused is None, "reason": refused})
 
 
 async def unfence(request: web.Request) -> web.Response:
     body = await _json_body(request)
-    request.app[REPLICAS].unfence(str(body.get("target") or ""))
+    request.app[REPLICAS].unfence(str(body.get("target") or ""), body.get("parked") is True)
     return web.json_response({"fenced": False})
 
 

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from backends.specs import BACKEND_KINDS
 from router.config.api import MODEL_NAME
 from router.config.env import Environment, read_environment
+from router.config.pools import park_problems, pool_problems
 from router.config.root import ENVIRONMENT, Config
 from router.errors import ConfigError
 
@@ -174,6 +175,7 @@ def parse_config(
         problems = [(_key_path(err["loc"]), _describe(err)) for err in exc.errors()]
         raise ConfigError(source, problems) from exc
     problems = _model_problems(config) + _engine_problems(config) + _access_problems(config)
+    problems += pool_problems(config.pools, config.targets) + park_problems(config.targets)
     if model_problems := problems:
         raise ConfigError(source, model_problems)
     return config

@@ -14,6 +14,7 @@ from router.config.admin import AdminSettings
 from router.config.api import ApiSettings, CloudSpec, ModelSpec, Policy
 from router.config.economics import Economics
 from router.config.env import Environment
+from router.config.pools import Pool
 from router.config.targets import Target
 
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
@@ -91,6 +92,8 @@ class Config(Frozen):
     ``warmgate simulate`` totals them (docs/simulate.md)."""
     replicas: ReplicasSpec | None = None
     """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
+    pools: Mapping[str, Pool] = Field(default_factory=dict)
+    """GPUs that several targets take turns on (docs/pools.md); a target joins with ``pool:``."""
     source: str = Field(default="<memory>", exclude=True)
     """The file this came from, for messages."""
     base_dir: str = Field(default=".", exclude=True)

@@ -8,7 +8,16 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from backends.specs import Backend, EngineKind, EngineSpec, Frozen, GradioWarmup, Readiness
+from backends.specs import (
+    Backend,
+    EngineKind,
+    EngineOptions,
+    EngineSpec,
+    Frozen,
+    GradioWarmup,
+    Park,
+    Readiness,
+)
 from backends.units import Duration, Size, parse_duration
 from router.config.windows import Window, parse_window
 
@@ -109,6 +118,10 @@ class Scaling(Frozen):
     failure_backoff: Duration = 10.0
     """First wait after a failed cold start; doubles per failure up to ``failure_backoff_max``."""
     failure_backoff_max: Duration = 300.0
+    park_after: Duration = 0.0
+    """Idle this long -> parked: the engine drops its weights from the GPU, its process (or pod)
+    stays, and the next request waits about a second for a reload instead of a cold start
+    (docs/pools.md). 0 (the default): never parked for idleness; ``idle_after`` still stops it."""
 
     @field_validator("idle_bounds")
     @classmethod
@@ -160,6 +173,18 @@ class Target(Frozen):
     scaling: Scaling = Scaling()
     waiting_page: Literal["auto", "off"] = "auto"
     """``auto``: a browser page load to a cold target gets the waiting page at once."""
+    park: Park = "auto"
+    """How the target is parked, after ``scaling.park_after`` or when its pool needs room
+    (docs/pools.md): ``auto``: the engine's own action (comfyui ``POST /free``; openai vLLM's sleep
+    mode, with ``engine_options.sleep_mode``; none for gradio and http, which are stopped
+    instead); ``off``: never parked; or ``{request, wake, parked}``: the engine's requests."""
+    engine_options: EngineOptions = EngineOptions()
+    """Options of the engine kind (``sleep_mode`` for openai)."""
+    pool: str | None = None
+    """The GPU pool (``pools:``) this target takes turns on; omitted: it waits for no one."""
+    priority: int = 0
+    """In its pool: among targets idle for the pool's ``yield_after``, the lowest priority is
+    displaced first (then the longest idle). 0 by default: all equal."""
 
     @field_validator("routes")
     @classmethod
@@ -219,4 +244,6 @@ class Target(Frozen):
             wake_on=self.scaling.wake_on,
             warmup_workflow=str(Path(base_dir, workflow).resolve()) if workflow else None,
             warmup=self.warmup,
+            park=self.park,
+            options=self.engine_options,
         )

@@ -12,7 +12,10 @@ wrong token 401. Answers are JSON, errors in warmgate's shape ``{"error": {"code
   and stops; with several replicas, the leader once every replica is idle). Never work in
   flight: a target with requests held or in flight, a stream with traffic or a busy engine is
   not released (409).
-- **park**: 409 until targets have a parked tier.
+- **park**: the same park as idleness, now: a ready target whose engine can be parked is parked
+  once its lifecycle looks (the engine drops its weights, its process stays; docs/pools.md).
+  Never work in flight (409, as for release); 409 "parking is not available for this target"
+  for an engine with no park action.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from backends.base import parking
 from router.config import Config
 from router.dashboard.events import EventBus
 from router.errors import ConfigError
@@ -115,11 +119,14 @@ class Actions:
         runtime = self.runtimes.get(name)
         if runtime is None:
             return _error(404, "unknown_target", f"no target named {name!r}", name)
-        if action == "park":
+        if action == "park" and parking(runtime.engine) is None:
             return _error(409, "not_available", "parking is not available for this target", name)
         if runtime.backend.always_on:
             return _error(409, "always_on", f"{name} is always on: nothing to {action}", name)
-        result = self.wake(runtime) if action == "wake" else self.release(runtime)
+        if action == "park":
+            result = self.park(runtime)
+        else:
+            result = self.wake(runtime) if action == "wake" else self.release(runtime)
         if isinstance(result, web.Response):
             return result
         status, text = result
@@ -135,9 +142,11 @@ class Actions:
         state = runtime.state
         if state.phase is Phase.READY:
             return 200, "already ready"
-        if state.phase is Phase.STARTING:
-            return 200, "already starting"
+        if state.phase is Phase.STARTING or state.waking:
+            return 200, "already starting" if state.phase is Phase.STARTING else "already waking"
         runtime.request_start()
+        if state.phase is Phase.PARKED:
+            return 202, "waking"
         wait = state.retry_at - runtime.loop.time()
         if state.phase is Phase.FAILED and wait > 0:
             return 202, f"starts after its backoff, in {math.ceil(wait)}s"
@@ -145,10 +154,34 @@ class Actions:
             return 202, "starts again once the release is done"
         return 202, "starting"
 
+    def park(self, runtime: TargetRuntime) -> tuple[int, str] | web.Response:
+        state, name = runtime.state, runtime.name
+        if state.phase is Phase.PARKED:
+            return 200, "waking" if state.waking else "already parked"
+        if state.phase is not Phase.READY:
+            message = f"{name} is {state.phase.value}: only a ready target is parked"
+            return _error(409, "not_ready", message, name)
+        busy = _busy(runtime)
+        if busy is not None:
+            message = (
+                f"not parked: {busy}; a park never cuts work in flight "
+                "(it is parked once idle for park_after)"
+            )
+            return _error(409, "busy", message, name)
+        runtime.park_asked = True
+        runtime.wake.set()
+        return 202, "parks now: its engine drops its weights, its process stays"
+
     def release(self, runtime: TargetRuntime) -> tuple[int, str] | web.Response:
         state, name = runtime.state, runtime.name
         if state.phase is Phase.DRAINING:
             return 200, "already releasing"
+        if state.phase is Phase.PARKED and not (state.parking or state.waking):
+            busy = _busy(runtime)
+            if busy is not None:
+                return _error(409, "busy", f"not released: {busy}", name)
+            _mark_idle(runtime)
+            return 202, "released as idle: it stops now"
         if state.phase is not Phase.READY:
             message = f"{name} is {state.phase.value}: only a ready target is released"
             return _error(409, "not_ready", message, name)

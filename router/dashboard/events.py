@@ -30,7 +30,8 @@ class Event:
     target: str | None
     kind: str
     """start, ready, drain, release, lost, failure, endpoints, starting (a replacement awaited),
-    an action ("wake asked", "release asked") or leader."""
+    park, wake (from parked), an action ("wake asked", "release asked", "park asked") or
+    leader."""
     reason: str
     phase: str | None = None
     previous: str | None = None
@@ -50,12 +51,19 @@ class Event:
 def kind_of(old: TargetState, new: TargetState) -> str | None:
     """What a state change is called on the dashboard; ``None``: not an event of its own."""
     if old.phase is new.phase:
+        if new.phase is Phase.PARKED and new.waking and not old.waking:
+            return "wake"
         return "endpoints" if new.endpoints != old.endpoints and new.endpoints else None
     if new.phase is Phase.STARTING:
         return "start" if old.phase in (Phase.COLD, Phase.FAILED) else "starting"
     if new.phase is Phase.COLD:
         return "release" if old.phase is Phase.DRAINING else "lost"
-    names = {Phase.READY: "ready", Phase.DRAINING: "drain", Phase.FAILED: "failure"}
+    names = {
+        Phase.READY: "ready",
+        Phase.DRAINING: "drain",
+        Phase.FAILED: "failure",
+        Phase.PARKED: "park",
+    }
     return names.get(new.phase, str(new.phase.value))
 
 

@@ -94,6 +94,10 @@ def idle_after(t: Json) -> str:
 def _next(t: Json, now: float) -> tuple[str, str]:
     if t["always_on"]:
         return "Release", "never (always on)"
+    if t["park_at"] is not None and (t["release_at"] is None or t["park_at"] < t["release_at"]):
+        return "Park", f"in {countdown(t['park_at'], now)} (then release in " + (
+            f"{countdown(t['release_at'], now)})" if t["release_at"] is not None else "-)"
+        )
     if t["release_at"] is not None:
         return "Release", (f"in {countdown(t['release_at'], now)} (idle for {idle_after(t)})")
     if t["retry_at"] is not None:

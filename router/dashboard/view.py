@@ -15,6 +15,7 @@ from typing import Any
 
 from router.cluster.replicas import Replicas
 from router.config import Config, Placement
+from router.dashboard import tier
 from router.dashboard.events import EventBus
 from router.dashboard.today import Today
 from router.openai.api import OpenAIApi
@@ -59,7 +60,7 @@ def state(src: Sources) -> Json:
         "targets": {
             name: target(src, runtime, gpu.get(name, {})) for name, runtime in src.runtimes.items()
         },
-        "pools": None,
+        "pools": tier.pools(src.runtimes, lambda t: _wall(src, t)),
         "api": api(src, src.api) if src.api is not None else None,
         "replicas": replicas(src, src.replicas) if src.replicas is not None else None,
     }
@@ -81,14 +82,15 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         idle_since = src.replicas.combined(runtime.name).idle_since
     always_on = runtime.backend.always_on
     release_at = None  # counting down while ready and idle: the same release as idleness
-    if state.phase is Phase.READY and not always_on and idle_since is not None:
+    if state.phase in (Phase.READY, Phase.PARKED) and not always_on and idle_since is not None:
         release_at = idle_since + runtime.idle_after() if activity.held == 0 else None
     eta = runtime.predicted_cold_start(DEFAULT_ETA)
     failure = src.today.last_failure(runtime.name)
     return {
         "phase": state.phase.value,
         "stage": getattr(state, "stage", None),  # the stage of a start, once starts have them
-        "parked": None,  # the parked tier, once it exists
+        "parked": tier.parked(runtime, lambda t: _wall(src, t)),
+        "waiting_for": state.waiting_for or None,
         "since": _wall(src, state.since),
         "reason": state.reason,
         "endpoints": list(state.endpoints),
@@ -103,7 +105,7 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         },
         "idle_since": None if idle_since is None else _wall(src, idle_since),
         "release_at": _wall(src, release_at),
-        "park_at": None,
+        "park_at": _wall(src, tier.park_at(runtime, idle_since)),
         "retry_at": _wall(src, state.retry_at) if state.phase is Phase.FAILED else None,
         "failures": state.failures,
         "always_on": always_on,

@@ -100,6 +100,9 @@ class Placer:
                         self._predicted(rt),
                         state.retry_at,
                         self._wakes(rt, call.kind),
+                        wake=rt.wakes.predicted(),
+                        waking=state.waking,
+                        pool_wait=_pool_wait(rt),
                     )
                 )
             else:
@@ -163,6 +166,16 @@ class Placer:
         return await forward_local(
             call, runtime, session, placement, self.loads, trust_forwarded=self.trust_forwarded
         )
+
+
+def _pool_wait(runtime: TargetRuntime) -> str:
+    """What a start or wake of the target would wait for in its full GPU pool when nothing in
+    it may be displaced yet (an unknown wait); empty when it would go, or make room first."""
+    pool = runtime.pool
+    if pool is None or runtime.state.resident:
+        return ""
+    wait = pool.wait_if_wanted(runtime.name)
+    return wait.reason if wait is not None and not wait.victim else ""
 
 
 def _rejection(decision: Decision, failure: CloudUnavailable | None) -> RequestError:

@@ -5,7 +5,10 @@ The snapshot's parts are immutable named tuples: built on every request, they mu
 The table (docs/openai.md has it for people):
 
 - a local target ready and not saturated -> ``local``;
-- local cold or starting and predicted ready within the latency budget -> ``hold``;
+- local cold, starting or parked and predicted ready within the latency budget -> ``hold`` (a
+  parked target is predicted from its learned wake time, a cold one from its cold starts);
+- local waiting for its GPU pool with nothing to displace: the wait is unknown -> the cloud when
+  allowed, else ``hold``;
 - otherwise the cloud when allowed (not private, affordable, configured), warming the local
   target with ``warm_on_cloud``;
 - the cloud not allowed: private -> ``reject`` 503 (the work never leaves the building), budget
@@ -57,16 +60,29 @@ class LocalOption(NamedTuple):
     """In ``failed``: loop time before which no new start is tried."""
     wakes: bool = True
     """Whether a request like this one may start the target."""
+    wake: float = 2.0
+    """Predicted seconds from parked to ready, learned from this target's wakes."""
+    waking: bool = False
+    """Parked, and its wake began at ``since``."""
+    pool_wait: str = ""
+    """Its GPU pool is full and nothing in it may be displaced yet: what it waits for. How long
+    is unknown (``ready_in`` is ``inf``; :func:`decide` tells it from a target that cannot
+    start)."""
 
     def ready_in(self, now: float) -> float:
-        """Predicted seconds until it can serve; ``inf`` when it cannot be started now."""
+        """Predicted seconds until it can serve; ``inf`` when it cannot be started now, or when
+        nobody can say (``pool_wait``)."""
         if self.servable:
             return 0.0
-        if self.held >= self.max_held:
+        if self.held >= self.max_held or self.pool_wait:
             return math.inf
         phase = self.phase
         if phase is Phase.STARTING:
             return max(0.0, self.since + self.cold_start - now)
+        if phase is Phase.PARKED:
+            if self.waking:
+                return max(0.0, self.since + self.wake - now)
+            return self.wake if self.wakes else math.inf
         if not self.wakes or (phase is Phase.FAILED and now < self.retry_at):
             return math.inf
         return self.cold_start  # cold, failed after its backoff, or draining with the stop issued
@@ -174,13 +190,18 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
     waits = [(opt.ready_in(now), opt) for opt in locals_]
     startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
     soonest = min(startable, key=lambda pair: pair[0]) if startable else None
+    queued = [o for o in locals_ if o.pool_wait and o.wakes and o.held < o.max_held]
     budget = max(0.0, ask.max_wait - ask.waited)
     if soonest is not None and soonest[0] <= budget:
         t, opt = soonest
         reason = (
             "cloud_failed"
             if ask.cloud_failed
-            else ("starting" if opt.phase is Phase.STARTING else "cold_within_budget")
+            else (
+                "starting"
+                if opt.phase is Phase.STARTING
+                else ("parked_within_budget" if opt.phase is Phase.PARKED else "cold_within_budget")
+            )
         )
         detail = f"{opt.target} predicted ready in {_secs(t)} (latency budget {_secs(budget)})"
         return Decision(Action.HOLD, reason, detail, local=opt)
@@ -189,11 +210,13 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
     if soonest is not None and soonest[1].phase is not Phase.STARTING:
         warm = soonest[1].target
     if affordable is not None:
-        if soonest is None:
+        if soonest is None and queued:
+            reason, detail = "pool_busy", f"{queued[0].target}: {queued[0].pool_wait}"
+        elif soonest is None:
             reason = "local_unavailable" if locals_ else "cloud_only"
             detail = "no local target can start now" if locals_ else "the model runs only there"
         else:
-            reason = "local_cold"
+            reason = "local_parked" if soonest[1].phase is Phase.PARKED else "local_cold"
             detail = (
                 f"{soonest[1].target} predicted ready in {_secs(soonest[0])}, "
                 f"over the latency budget of {_secs(budget)}"
@@ -207,6 +230,10 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
         )
 
     why = _why_no_cloud(ask, snap, cloud, clouds)
+    if soonest is None and queued:  # nobody can say how long: held, up to its deadline
+        opt = queued[0]
+        detail = f"{opt.target}: {opt.pool_wait}; holding: {why.replace('_', ' ')}"
+        return Decision(Action.HOLD, why, detail, local=opt)
     if soonest is None:
         where = "no local target can start now" if locals_ else "the model has no local placement"
         if why == "budget_exhausted":

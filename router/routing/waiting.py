@@ -2,9 +2,11 @@
 
 A browser page load to a cold target gets this page at once (503, Retry-After, no-store) instead
 of a spinner that times out. It names the target, shows elapsed time, an ETA learned from the
-target's past cold starts and a progress bar, follows the phase through
-``/.warmgate/status/<target>`` and reloads itself when the target is ready. With JavaScript off,
-a meta refresh does the same. API clients are held, never shown this page.
+target's past cold starts (or, for a parked target, its past wakes: "Waking" rather than
+"Starting") and a progress bar, says what a start waits for in a full GPU pool ("waiting for the
+GPU: wan2gp is rendering"), follows the phase through ``/.warmgate/status/<target>`` and reloads
+itself when the target is ready. With JavaScript off, a meta refresh does the same. API clients
+are held, never shown this page.
 """
 
 from __future__ import annotations
@@ -25,17 +27,31 @@ DEFAULT_ETA = 60.0
 """Seconds to show as the ETA before a target has ever cold-started."""
 
 
+def _waiting_for(runtime: TargetRuntime) -> str:
+    """What a start or wake waits for in the target's full GPU pool (empty: nothing)."""
+    state = runtime.state
+    if state.waiting_for or runtime.pool is None or state.resident:
+        return state.waiting_for
+    wait = runtime.pool.wait_if_wanted(runtime.name)  # asked just now: the lifecycle is next
+    return "" if wait is None else wait.reason
+
+
 def status(runtime: TargetRuntime) -> dict[str, object]:
     state = runtime.state
     now = runtime.loop.time()
     phase = state.phase
-    elapsed = now - state.since if phase is Phase.STARTING else 0.0
+    waking = phase is Phase.PARKED
+    moving = phase is Phase.STARTING or state.waking
+    elapsed = now - state.since if moving else 0.0
+    eta = runtime.wakes.predicted() if waking else runtime.predicted_cold_start(DEFAULT_ETA)
     return {
         "target": runtime.name,
         "phase": phase.value,
         "ready": phase is Phase.READY,
+        "waking": waking,
+        "waiting_for": _waiting_for(runtime) or None,
         "elapsed": round(elapsed, 2),
-        "eta": round(runtime.predicted_cold_start(DEFAULT_ETA), 2),
+        "eta": round(eta, 2),
         "retry_in": round(max(0.0, state.retry_at - now), 1) if phase is Phase.FAILED else None,
         "held": runtime.activity.held,
     }
@@ -45,7 +61,7 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <noscript><meta http-equiv="refresh" content="{refresh}"></noscript>
-<title>Starting {name}…</title>
+<title>{verb} {name}…</title>
 <style>
 body{{font:16px/1.5 system-ui,sans-serif;background:#111;color:#eee;display:grid;
 place-items:center;min-height:100vh;margin:0}}
@@ -55,9 +71,9 @@ main{{width:min(32rem,90vw)}}h1{{font-size:1.3rem;margin:0 0 .5rem}}
 small{{color:#999}}
 </style></head>
 <body><main>
-<h1>Starting <b>{name}</b></h1>
-<p id="phase">The GPU workload was asleep to leave the card free for others. It is loading its
-model now; this page continues by itself when it is ready.</p>
+<h1 id="title">{verb} <b>{name}</b></h1>
+<p id="phase">{text}</p>
+<p id="pool"{pool_hidden}>{waiting_for}</p>
 <div class="bar"><div class="fill" id="fill"></div></div>
 <p><span id="elapsed">{elapsed}</span> s elapsed · about <span id="eta">{eta}</span> s expected</p>
 <small>warmgate · <span id="state">{phase}</span></small>
@@ -72,6 +88,11 @@ model now; this page continues by itself when it is ready.</p>
     document.getElementById("elapsed").textContent = elapsed.toFixed(0);
     document.getElementById("eta").textContent = Math.round(s.eta);
     document.getElementById("state").textContent = s.phase;
+    var pool = document.getElementById("pool");
+    pool.hidden = !s.waiting_for;
+    pool.textContent = s.waiting_for ? s.waiting_for.charAt(0).toUpperCase() +
+      s.waiting_for.slice(1) + "." : "";
+    document.getElementById("title").firstChild.nodeValue = s.waking ? "Waking " : "Starting ";
     var pct = Math.min(95, 100 * elapsed / Math.max(1, s.eta));
     document.getElementById("fill").style.width = pct.toFixed(1) + "%";
     if (s.phase === "failed") {{
@@ -96,11 +117,24 @@ model now; this page continues by itself when it is ready.</p>
 """
 
 
+_STARTING = """The GPU workload was asleep to leave the card free for others. It is loading its
+model now; this page continues by itself when it is ready."""
+_WAKING = """The GPU workload was parked: its model left the card for others, its process stayed.
+It is loading the model back now (about a second); this page continues by itself."""
+
+
 def render(runtime: TargetRuntime) -> web.Response:
     info = status(runtime)
     eta = float(info["eta"])  # type: ignore[arg-type]
     elapsed = float(info["elapsed"])  # type: ignore[arg-type]
+    waiting_for = str(info["waiting_for"] or "")
     body = _PAGE.format(
+        verb="Waking" if info["waking"] else "Starting",
+        text=_WAKING if info["waking"] else _STARTING,
+        waiting_for=html.escape(
+            waiting_for[:1].upper() + waiting_for[1:] + "." if waiting_for else ""
+        ),
+        pool_hidden="" if waiting_for else " hidden",
         name=html.escape(runtime.name),
         refresh=3,
         percent=f"{min(95.0, 100 * elapsed / max(1.0, eta)):.1f}",

@@ -1,5 +1,6 @@
-"""GPU-seconds of one target while it is ready, split busy / idle, and the engine's own busy
-signal (a render in its queue with no HTTP traffic), polled on the way."""
+"""GPU-seconds of one target while it is ready, split busy / idle, and parked (its process holds
+a GPU context but no weights), and the engine's own busy signal (a render in its queue with no
+HTTP traffic), polled on the way."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ class Accounting:
         """GPU-seconds while ready, split by activity; polls the engine's busy signal."""
         rt, now = self.rt, self.now
         elapsed, self._accounted_at = now - self._accounted_at, now
+        if rt.state.phase is Phase.PARKED and not rt.state.waking:
+            rt.metrics.gpu_seconds.labels(rt.name, "parked").inc(max(0.0, elapsed))
+            return
         if rt.state.phase is not Phase.READY:
             return
         if now >= self._next_busy_poll and rt.state.endpoints:

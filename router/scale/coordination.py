@@ -14,13 +14,15 @@ from typing import Protocol
 class Fenceable(Protocol):
     """What a target's lifecycle offers the leader of another replica."""
 
-    def fence(self, until: float, leader: str) -> str | None:
-        """Hold new requests until ``until`` for a release ``leader`` is about to make; ``None``
-        if done, else why not (this replica is active)."""
+    def fence(self, until: float, leader: str, needed: float | None = None) -> str | None:
+        """Hold new requests until ``until`` for a release (or park) ``leader`` is about to
+        make; ``None`` if done, else why not (this replica is active, or idle for less than
+        ``needed`` seconds; ``None``: the release's ``idle_after``)."""
         ...
 
-    def unfence(self) -> None:
-        """The leader called the release off: serve again."""
+    def unfence(self, parked: bool = False) -> None:
+        """The leader called the release off: serve again; or it parked the target
+        (``parked``): parked here too."""
         ...
 
 
@@ -43,6 +45,11 @@ class Others(Protocol):
         (or cannot be heard); else the latest instant from which all were idle."""
         ...
 
+    def wanted(self, target: str) -> bool:
+        """Requests are held for the target, or its start was asked for, on some replica (a
+        GPU pool makes room for it; docs/pools.md)."""
+        ...
+
     def leading(self) -> bool:
         """This replica decides releases right now (it may stop doing so at any await)."""
         ...
@@ -51,9 +58,14 @@ class Others(Protocol):
         """The leadership renewed now: True if it is still held, so a stop may follow at once."""
         ...
 
-    async def fence_others(self, target: str) -> str | None:
-        """Ask every other replica to hold new requests for ``target``: ``None`` when all did,
-        else why not (the ones fenced are let go again)."""
+    async def fence_others(self, target: str, needed: float | None = None) -> str | None:
+        """Ask every other replica to hold new requests for ``target`` (each idle for at least
+        ``needed`` seconds; ``None``: ``idle_after``): ``None`` when all did, else why not (the
+        ones fenced are let go again)."""
+        ...
+
+    async def parked_others(self, target: str) -> None:
+        """Tell every other replica (fenced for it) that the leader parked ``target``."""
         ...
 
     async def unfence_others(self, target: str) -> None:

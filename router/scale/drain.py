@@ -37,31 +37,34 @@ class Drain:
     def now(self) -> float:
         return self.rt.loop.time()
 
-    async def run(self, reason: str, *, keda: bool) -> None:
+    async def run(self, reason: str, *, keda: bool, idle_needed: float | None = None) -> None:
+        """``idle_needed``: the idleness this release needs (the pool's ``yield_after`` when it
+        makes room for another target); ``None``: ``idle_after``. A parked target is held from
+        the start: it serves nothing meanwhile, and its engine has no queue to look at."""
         rt, phases = self.rt, self.phases
         before = rt.state
-        phases.publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=False))
+        parked = before.phase is Phase.PARKED
+        phases.publish(
+            rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=parked)
+        )
         # A last look at the engine's own queue (a render may have been queued since the last
         # poll). The workload is still up meanwhile: a request that arrives is served at once
         # and cancels the drain.
         endpoints = rt.state.endpoints
-        if endpoints:
+        if endpoints and not parked:
             await self.accounting.check_busy(endpoints[0])
         # Decide again, synchronously with setting ``stopping``: after this point new requests
         # are held for the next start, and streams (idle tabs) are closed.
         activity = rt.activity
         window = rt.spec.scaling.stream_activity_window
         idle_since = activity.idle_since(window)
-        if (
-            activity.held > 0
-            or idle_since is None
-            or self.now - idle_since + SLACK < rt.idle_after()
-        ):
+        needed = rt.idle_after() if idle_needed is None else idle_needed
+        if activity.held > 0 or idle_since is None or self.now - idle_since + SLACK < needed:
             phases.back_to(before, "drain cancelled")
             return
         phases.publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))
         if self.others is not None and not keda:
-            await self.fencing.release(self.others, before, reason)
+            await self.fencing.release(self.others, before, reason, idle_needed)
             return
         await phases.close_streams()
         if keda:  # the scaler now says inactive; KEDA's scale-down ends this (-> cold)

@@ -40,9 +40,11 @@ class Fencing:
 
     # -- fenced by the leader -------------------------------------------------------------
 
-    def fence(self, until: float, leader: str) -> str | None:
+    def fence(self, until: float, leader: str, needed: float | None = None) -> str | None:
         """Another replica, the leader, is about to release this target: if this replica is
-        idle too, hold new requests from now until the release shows (or ``until``)."""
+        idle too, hold new requests from now until the release shows (or ``until``).
+        ``needed``: the idleness the leader's step needs (a park's is shorter than
+        ``idle_after``); ``None``: a release's."""
         rt, now = self.rt, self.now
         state, activity = rt.state, rt.activity
         if state.phase in (Phase.COLD, Phase.FAILED):
@@ -57,7 +59,7 @@ class Fencing:
         if activity.held or idle_since is None:
             return "active here"
         idle = now - idle_since
-        if idle + SLACK < rt.idle_after():
+        if idle + SLACK < (rt.idle_after() if needed is None else needed):
             return f"idle for only {idle:.1f}s here"
         self.fenced_until, self.fenced_by = until, leader
         reason = f"{leader} is releasing it (idle for {idle:.0f}s here too)"
@@ -65,14 +67,23 @@ class Fencing:
         rt.wake.set()
         return None
 
-    def unfence(self, reason: str) -> None:
+    def unfence(self, reason: str, parked: bool = False) -> None:
+        """The fence ends: serving again, or, when the leader parked the target (``parked``),
+        parked here too (the next request wakes it)."""
         if not self.fenced:
             return
         self.fenced_until = -math.inf
         rt = self.rt
         if rt.state.phase is Phase.DRAINING and rt.state.stopping:
             endpoints = self.phases.observation.endpoints
-            if endpoints:
+            if parked and endpoints:
+                reason = f"parked by {self.fenced_by}"
+                self.phases.publish(
+                    rt.state.with_phase(
+                        Phase.PARKED, self.now, endpoints=endpoints, reason=reason, stopping=False
+                    )
+                )
+            elif endpoints:
                 self.phases.publish(
                     rt.state.with_phase(
                         Phase.READY, self.now, endpoints=endpoints, reason=reason, stopping=False
@@ -94,12 +105,14 @@ class Fencing:
 
     # -- fencing the others, as the leader ------------------------------------------------
 
-    async def release(self, others: Others, before: TargetState, reason: str) -> None:
+    async def release(
+        self, others: Others, before: TargetState, reason: str, needed: float | None = None
+    ) -> None:
         """The leader's release: fence the other replicas, confirm the leadership, stop, all
         before the fences could run out (half of ``fence_timeout``); or put it off."""
         rt = self.rt
         deadline = self.now + others.fence_timeout / 2
-        refused = await self._fence_others(others)
+        refused = await self._fence_others(others, needed)
         if refused is None and self.now >= deadline:
             refused = "fencing took too long"
             await others.unfence_others(rt.name)
@@ -118,11 +131,22 @@ class Fencing:
         self.phases.cold(reason)
         await self.phases.close_streams()
 
-    async def _fence_others(self, others: Others) -> str | None:
+    async def fence_all(self, others: Others, needed: float | None = None) -> str | None:
+        """Every other replica fenced and the leadership confirmed, within half of
+        ``fence_timeout`` (a park follows at once); else why not (the fenced are let go).
+        ``needed``: the idleness the step needs on the others (``None``: ``idle_after``)."""
+        deadline = self.now + others.fence_timeout / 2
+        refused = await self._fence_others(others, needed)
+        if refused is None and self.now >= deadline:
+            refused = "fencing took too long"
+            await others.unfence_others(self.rt.name)
+        return refused
+
+    async def _fence_others(self, others: Others, needed: float | None = None) -> str | None:
         """Every other replica holds new requests for the target (or says why it cannot); then
         the leadership is confirmed, right before the stop."""
         name = self.rt.name
-        refused = await others.fence_others(name)
+        refused = await others.fence_others(name, needed)
         if refused is None and not await others.confirm_leading():
             refused = "this replica is no longer the leader"
             await others.unfence_others(name)

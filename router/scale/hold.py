@@ -58,8 +58,10 @@ async def wait_ready(
         async with asyncio.timeout(limit):
             state = await cell.wait_for(settled)
     except TimeoutError:
+        waiting = cell.current.waiting_for  # a full GPU pool (docs/pools.md)
+        why = f" ({waiting})" if waiting else ""
         raise HoldTimeout(
-            f"target {target!r} did not become ready within {limit:g}s", target=target
+            f"target {target!r} did not become ready within {limit:g}s{why}", target=target
         ) from None
     if state.phase is not Phase.READY and closing():
         raise shutting_down(target)

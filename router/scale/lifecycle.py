@@ -3,23 +3,26 @@ to do, performs that step (the only I/O), publishes the new snapshot, and waits 
 or deadline. Time is read through the event loop, so tests can fast-forward it.
 
 The parts it performs with: :mod:`router.scale.transitions` (phase changes),
-:mod:`router.scale.drain` (idleness into a release), :mod:`router.scale.fencing` (with other
-replicas), :mod:`router.scale.accounting` (GPU-seconds, the engine's busy signal). The other
-replicas, when there are any, come as :class:`router.scale.coordination.Others`."""
+:mod:`router.scale.drain` (idleness into a release), :mod:`router.scale.parking` (the parked
+tier), :mod:`router.scale.fencing` (with other replicas), :mod:`router.scale.accounting`
+(GPU-seconds, the engine's busy signal). The other replicas, when there are any, come as
+:class:`router.scale.coordination.Others`; the target's GPU pool, if any, as ``runtime.pool``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 
-from backends.base import Observation
+from backends.base import Observation, parking
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
 from router.scale.drain import Drain
 from router.scale.fencing import Fencing
 from router.scale.keda_mode import decide_keda, keda_owns_replicas
+from router.scale.parking import Parking
 from router.scale.scaling import Act, Step, View, decide
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
@@ -43,6 +46,11 @@ class Lifecycle:
         self.accounting = Accounting(runtime)
         self.fencing = Fencing(runtime, self.phases)
         self.drain = Drain(runtime, self.phases, self.accounting, self.fencing, others)
+        self.parking = Parking(
+            runtime, self.phases, self.accounting, self.fencing, others, keda=self.keda
+        )
+        self.adopted = False
+        """The workload being probed was found running, not started here: it may be parked."""
         if others is not None:
             others.add_fenceable(runtime.name, self)
 
@@ -83,17 +91,20 @@ class Lifecycle:
         """A backend that is already running (warmgate restarted) is adopted, not restarted."""
         obs = self._obs
         if obs.running and not obs.crashed:  # probed before it counts as ready; the idle
-            self.phases.starting("found running")  # window then starts fresh: nothing busy stops
+            self.adopted = True  # window then starts fresh: nothing busy stops
+            self.phases.starting("found running")
 
     # -- fences from the leader of the replicas -------------------------------------------
 
-    def fence(self, until: float, leader: str) -> str | None:
-        """Another replica, the leader, is about to release this target: if this replica is
-        idle too, hold new requests from now until the release shows (or ``until``)."""
-        return self.fencing.fence(until, leader)
+    def fence(self, until: float, leader: str, needed: float | None = None) -> str | None:
+        """Another replica, the leader, is about to release (or park) this target: if this
+        replica is idle too, hold new requests from now until the release shows (or ``until``)."""
+        return self.fencing.fence(until, leader, needed)
 
-    def unfence(self, reason: str = "the leader called the release off") -> None:
-        self.fencing.unfence(reason)
+    def unfence(self, parked: bool = False) -> None:
+        """The leader called the release off (serving again), or it parked the target
+        (``parked``: parked here too)."""
+        self.fencing.unfence("the leader called the release off", parked)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -106,6 +117,11 @@ class Lifecycle:
             idle_since = self.others.idle_since(rt.name)
             may_release = self.keda or self.others.leading()
         kept_warm, self.window_change = rt.idling.kept_warm()
+        turn, make_room, yield_after = None, None, 0.0
+        if rt.pool is not None:  # whose turn it is on the target's GPU pool
+            plan = rt.pool.plan()
+            turn, make_room = plan.turn(rt.name), plan.displace.get(rt.name)
+            yield_after = rt.pool.yield_after
         return View(
             state=rt.state,
             observation=self._obs,
@@ -122,6 +138,11 @@ class Lifecycle:
             fenced_until=self.fencing.fenced_until,
             idle_after=rt.idle_after(),
             kept_warm=kept_warm,
+            can_park=parking(rt.engine) is not None,
+            park_asked=rt.park_asked,
+            turn=turn,
+            make_room=make_room,
+            yield_after=yield_after,
             closing=rt.closing,
         )
 
@@ -152,7 +173,7 @@ class Lifecycle:
     async def _wait(self, until: float) -> None:
         wake = self.rt.wake
         wake.clear()
-        if self.rt.state.phase is Phase.READY:
+        if self.rt.state.phase in (Phase.READY, Phase.PARKED):
             until = min(until, self.now + ACCOUNTING_INTERVAL)
         timeout = None if math.isinf(until) else max(0.0, until - self.now)
         with contextlib.suppress(TimeoutError):
@@ -162,7 +183,8 @@ class Lifecycle:
     async def _perform(self, step: Step) -> None:
         rt, phases = self.rt, self.phases
         if step.act is Act.START:
-            phases.starting(step.reason, endpoints=())
+            self.adopted = False
+            phases.starting(step.reason, endpoints=(), waiting_for="")
             rt.metrics.cold_starts.labels(rt.name).inc()
             if not self.keda:  # KEDA adds the replica: the held request made the scaler say active
                 await rt.backend.scale_up()
@@ -180,17 +202,57 @@ class Lifecycle:
         elif step.act is Act.DRAIN:
             await self.drain.run(step.reason, keda=self.keda)
         elif step.act is Act.ADOPT:
+            self.adopted = True
             phases.starting(step.reason)
         elif step.act is Act.REFRESH:
             phases.refresh()
         elif step.act is Act.RESUME:
-            self.unfence(step.reason)
+            self.fencing.unfence(step.reason)
+        elif step.act is Act.PARK:
+            await self.parking.park(step.reason, step.idle, displaced=bool(step.room_for))
+        elif step.act is Act.WAKE:
+            await self.parking.wake(step.reason)
+        elif step.act is Act.YIELD:
+            await self.drain.run(step.reason, keda=self.keda, idle_needed=step.idle)
+            if rt.pool is not None and rt.state.phase is not Phase.READY:
+                rt.metrics.pool_displacements.labels(rt.pool.name, rt.name, "stop").inc()
+        elif step.act is Act.STOP:
+            await self.parking.stop_instead(step.reason)
+        elif step.act is Act.QUEUE:
+            await self._queue(step)
+
+    async def _queue(self, step: Step) -> None:
+        """A start or wake waits for room in the target's GPU pool: say what for, and look
+        again when a resident may be displaced (or anything in the pool changes)."""
+        rt = self.rt
+        state = rt.state
+        if state.waiting_for != step.reason:
+            if step.reason and not state.waiting_for and rt.pool is not None:
+                rt.metrics.pool_waits.labels(rt.pool.name, rt.name).inc()
+                log.info("%s: %s", rt.name, step.reason)
+            self.phases.publish(dataclasses.replace(state, waiting_for=step.reason))
+        if step.reason:
+            await self._wait(min(step.until, self.now + ACCOUNTING_INTERVAL))
+        else:
+            await self._wait(math.inf)
 
     async def _probe(self) -> None:
         rt = self.rt
-        ready = await rt.engine.probe_ready(self._obs.endpoints[0])
+        endpoint = self._obs.endpoints[0]
+        if rt.state.phase is Phase.PARKED:  # waking
+            if await self.parking.probe(endpoint) and rt.state.waking:
+                self.parking.woke()
+            else:
+                self.phases.next_probe = self.now + rt.spec.readiness.interval
+            return
+        ready = await rt.engine.probe_ready(endpoint)
         if not (ready and rt.state.phase is Phase.STARTING and self._obs.endpoints):
             self.phases.next_probe = self.now + rt.spec.readiness.interval
+            return
+        engine = parking(rt.engine) if self.adopted else None
+        if engine is not None and await engine.is_parked(endpoint) is True:  # found parked
+            reason = "found parked (its engine says so)"
+            self.phases.publish(rt.state.with_phase(Phase.PARKED, self.now, reason=reason))
             return
         began = rt.state.since
         rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)

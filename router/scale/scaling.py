@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from backends.base import Observation
 from router.config import Scaling
+from router.scale.pools import How, Wait
 from router.scale.state import Phase, TargetState
 
 
@@ -36,6 +37,19 @@ class Act(enum.Enum):
     RESUME = "resume"
     """Draining for a release another replica (the leader) announced, which did not come in
     time: phase -> ready, serving again."""
+    PARK = "park"
+    """Ready and idle for ``park_after`` (or chosen to make room in its pool): the engine drops
+    its weights, its process stays; phase -> parked."""
+    WAKE = "wake"
+    """Parked, and work waits: the engine loads its weights again, probed like a start; phase
+    parked (waking) -> ready."""
+    YIELD = "yield"
+    """Chosen to make room in its pool and it cannot be parked: stopped like an idle release."""
+    QUEUE = "queue"
+    """A start or wake waits for room in the target's GPU pool: say what for (``reason``; empty
+    once nothing waits any more) and look again at ``until``."""
+    STOP = "stop"
+    """A wake did not finish: stopped instead (the next request starts it cold)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +77,16 @@ class View:
     ``None``: the config's fixed value."""
     kept_warm: bool = False
     """Inside a ``scaling.keep_warm`` window: started ahead of use, never released for idleness."""
+    can_park: bool = False
+    """The engine has a park action (docs/pools.md)."""
+    park_asked: bool = False
+    """Parking was asked for (the dashboard's park): parked once idle, whatever ``park_after``."""
+    turn: Wait | None = None
+    """In a full GPU pool: what a start or wake would wait for; ``None``: it may go."""
+    make_room: tuple[str, How] | None = None
+    """Chosen to make room in its pool: (for whom, parked or stopped)."""
+    yield_after: float = 0.0
+    """The pool's ``yield_after``: the idleness a displacement needs."""
     closing: bool = False
     """warmgate is draining (SIGTERM): no cold start begins."""
 
@@ -76,6 +100,10 @@ class Step:
     act: Act
     until: float = math.inf
     reason: str = ""
+    idle: float = 0.0
+    """PARK and YIELD: the idleness they need, checked again right before the engine is asked."""
+    room_for: str = ""
+    """PARK and YIELD that make room in a GPU pool: the target they make room for."""
 
 
 SLACK = 0.001
@@ -102,12 +130,12 @@ def decide(v: View) -> Step:
         if obs.running and not obs.crashed:
             return Step(Act.ADOPT, reason="found running")
         if v.held > 0:
-            return Step(Act.START, reason="a request is waiting")
+            return _turn(v, Act.START, "a request is waiting")
         if v.wanted:
-            return Step(Act.START, reason="asked to warm up")
+            return _turn(v, Act.START, "asked to warm up")
         if v.kept_warm:
-            return Step(Act.START, reason="kept warm (keep_warm)")
-        return Step(Act.WAIT)
+            return _turn(v, Act.START, "kept warm (keep_warm)")
+        return Step(Act.QUEUE) if state.waiting_for else Step(Act.WAIT)
 
     if phase is Phase.FAILED:
         release = Step(Act.WAIT)
@@ -120,7 +148,7 @@ def decide(v: View) -> Step:
         if now < state.retry_at:
             return Step(Act.WAIT, until=min(state.retry_at, release.until))
         if v.held > 0 or v.wanted or v.kept_warm:
-            return Step(Act.START, reason="retrying after backoff")
+            return _turn(v, Act.START, "retrying after backoff")
         return release
 
     if phase is Phase.STARTING:
@@ -148,9 +176,70 @@ def decide(v: View) -> Step:
             return Step(Act.REFRESH, reason="ready endpoints changed")
         if v.idle_since is None or v.held > 0 or v.kept_warm:
             return Step(Act.WAIT)
-        return _idle_release(v, now, "")
+        if v.make_room is not None and v.may_release:
+            whom, how = v.make_room
+            act = Act.PARK if how == "park" else Act.YIELD
+            reason = f"making room for {whom} in its pool"
+            return Step(act, reason=reason, idle=v.yield_after, room_for=whom)
+        return _park_or_release(v, now)
+
+    if phase is Phase.PARKED:
+        return _parked(v, now)
 
     raise AssertionError(f"unhandled phase {phase}")
+
+
+def _turn(v: View, act: Act, reason: str) -> Step:
+    """A start or wake, when the target's pool has room for it; else what it waits for."""
+    if v.turn is not None:
+        return Step(Act.QUEUE, until=v.turn.until, reason=v.turn.reason)
+    return Step(act, reason=reason)
+
+
+def _park_or_release(v: View, now: float) -> Step:
+    """Ready and idle: parked after ``park_after`` (or once asked), released after
+    ``idle_after``; else wait for the first of the two."""
+    assert v.idle_since is not None
+    release = _idle_release(v, now, "")
+    park_after = v.scaling.park_after
+    if release.act is Act.DRAIN or not v.can_park or not (park_after > 0 or v.park_asked):
+        return release
+    park_at = -math.inf if v.park_asked else v.idle_since + park_after
+    park_at = max(park_at, v.release_not_before)
+    if now < park_at:
+        return Step(Act.WAIT, until=min(park_at, release.until))
+    if not v.may_release:
+        return release
+    reason = "asked to park" if v.park_asked else f"idle for {now - v.idle_since:.0f}s"
+    return Step(Act.PARK, reason=reason, idle=0.0 if v.park_asked else park_after)
+
+
+def _parked(v: View, now: float) -> Step:
+    state, obs = v.state, v.observation
+    if obs.crashed or not obs.running:
+        return Step(Act.LOST, reason=obs.failure or "the workload stopped")
+    if state.waking:
+        deadline = state.since + v.scaling.cold_start_timeout
+        if now >= deadline:
+            return Step(Act.STOP, reason=f"not awake after {v.scaling.cold_start_timeout:g}s")
+        if obs.endpoints and now >= v.next_probe:
+            return Step(Act.PROBE)
+        return Step(Act.WAIT, until=min(deadline, v.next_probe) if obs.endpoints else deadline)
+    if state.parking:
+        return Step(Act.WAIT)  # the lifecycle is performing the park
+    if state.endpoints and obs.endpoints != state.endpoints:
+        return Step(Act.REFRESH, reason="ready endpoints changed")
+    if v.held > 0:
+        return _turn(v, Act.WAKE, "a request is waiting")
+    if v.wanted:
+        return _turn(v, Act.WAKE, "asked to warm up")
+    if v.kept_warm:
+        return _turn(v, Act.WAKE, "kept warm (keep_warm)")
+    if state.waiting_for:
+        return Step(Act.QUEUE)
+    if v.idle_since is None:
+        return Step(Act.WAIT)
+    return _idle_release(v, now, "parked, ")
 
 
 def _idle_release(v: View, now: float, why: str) -> Step:

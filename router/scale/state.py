@@ -19,6 +19,9 @@ class Phase(enum.Enum):
     READY = "ready"
     DRAINING = "draining"
     FAILED = "failed"
+    PARKED = "parked"
+    """Between ready and cold: the engine dropped its weights from the GPU, its process (or pod)
+    stays; a request wakes it in about a second instead of a cold start (docs/pools.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,20 @@ class TargetState:
     """In ``failed``: loop time after which a new start may be tried."""
     stopping: bool = False
     """In ``draining``: the stop has been issued, so a new request must wait for the next start."""
+    parking: bool = False
+    """In ``parked``: the engine is being asked to drop its weights (they are still on the GPU)."""
+    waking: bool = False
+    """In ``parked``: the engine is loading its weights again; held requests wait for ready."""
+    waiting_for: str = ""
+    """Cold or parked with work waiting, in a full GPU pool: what the start or wake waits for
+    (``waiting for the GPU: wan2gp is rendering``); empty otherwise."""
+
+    @property
+    def resident(self) -> bool:
+        """Holding its GPU (or about to): what a pool's ``capacity`` counts."""
+        if self.phase is Phase.PARKED:
+            return self.parking or self.waking
+        return self.phase in (Phase.STARTING, Phase.READY, Phase.DRAINING)
 
     def with_phase(self, phase: Phase, now: float, **changes: object) -> TargetState:
         return dataclasses.replace(self, phase=phase, since=now, **changes)  # type: ignore[arg-type]

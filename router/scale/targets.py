@@ -18,7 +18,9 @@ from router.metrics import Metrics
 from router.scale.activity import Activity
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.idling import IdleRule
+from router.scale.pools import Seats
 from router.scale.state import Phase, StateCell, TargetState
+from router.scale.wakes import Wakes
 
 
 def _servable(state: TargetState) -> bool:
@@ -61,6 +63,12 @@ class TargetRuntime:
         self.closing = False
         """warmgate is draining (SIGTERM): no cold start begins (:meth:`shut_down`)."""
         self.on_first_hold: list[Callable[[], None]] = []
+        self.pool: Seats | None = None
+        """The GPU pool this target takes turns on (set by the wiring); ``None``: none."""
+        self.wakes = Wakes()
+        """The recent wakes from parked: what the next one is expected to take."""
+        self.park_asked = False
+        """A park was asked for (the dashboard): parked once idle; the lifecycle resets it."""
         """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
@@ -166,7 +174,7 @@ class TargetRuntime:
         if _servable(state):
             return HoldResult(state, 0.0, cold=False)
         now = self.loop.time()
-        if state.phase is not Phase.STARTING and not self.engine.wakes(facts):
+        if state.phase is not Phase.STARTING and not state.waking and not self.engine.wakes(facts):
             # Only a start that someone else asked for is waited on; held requests are what
             # make the lifecycle start a cold target, so a non-waking one may not be held.
             raise TargetAsleep(
