@@ -28,6 +28,30 @@ class Observation:
     """The workload died without being asked to stop."""
     degraded: str | None = None
     """The backend cannot see or act right now (API server unreachable); serving may go on."""
+    stage: Stage | None = None
+    """Where a start is (:data:`STAGES`); ``None`` when the backend cannot tell, or nothing
+    starts."""
+    stage_message: str = ""
+    """The stage in the cluster's own words (the scheduler's ``0/5 nodes are available: ...``)."""
+    progress: float | None = None
+    """The engine's own load progress (0..1) where the backend sees it; ``None``: unknown."""
+    failure_reason: str | None = None
+    """With ``failure``: the short cause of a start that can never succeed as it is
+    (``ErrImagePull``, ``CrashLoopBackOff``): it fails at once, not at ``cold_start_timeout``."""
+
+
+Stage = Literal["scheduling", "unschedulable", "preempting", "pulling", "starting", "loading"]
+"""Where a start is: waiting for the scheduler's decision; no node can take it now (every GPU
+busy); lower-priority pods are evicted for it; its image is pulled; its container is created
+and not running yet; running, its model loading (readiness not passing yet)."""
+STAGES: tuple[Stage, ...] = (
+    "scheduling",
+    "unschedulable",
+    "preempting",
+    "pulling",
+    "starting",
+    "loading",
+)
 
 
 ObservationListener = Callable[[Observation], None]
@@ -189,9 +213,61 @@ class Parkable(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsProgress(Protocol):
+    """What an :class:`Engine` whose readiness answer carries its load progress offers (a
+    ``/readyz`` 503 with ``{"progress": 0.4}``); ask through :func:`load_progress`."""
+
+    def load_progress(self, base_url: str) -> float | None:
+        """The progress (0..1) the last readiness probe of ``base_url`` read; ``None``: none."""
+        ...
+
+
+def load_progress(engine: Engine, base_url: str) -> float | None:
+    """The engine's load progress at ``base_url`` as last probed, where it reports one."""
+    return engine.load_progress(base_url) if isinstance(engine, ReportsProgress) else None
+
+
 def parking(engine: Engine) -> Parkable | None:
     """The engine's park actions, or ``None`` for an engine that is never parked."""
     return engine if isinstance(engine, Parkable) and engine.parks else None
+
+
+# -- state that survives restarts --------------------------------------------------------------
+
+
+class StateStore(Protocol):
+    """Small JSON documents, by key, that outlive warmgate's process: learned cold-start
+    figures, the day's cloud spend. Keys are short names (``cold-start``, ``budget``).
+    ``load`` never raises: a document missing or unreadable is ``None`` (an unreadable one is
+    logged as a warning); ``save`` raises :class:`BackendError` when it could not store it."""
+
+    @property
+    def where(self) -> str:
+        """Where the documents are kept, for messages."""
+        ...
+
+    async def load(self, key: str) -> dict[str, Any] | None: ...
+
+    async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """Every readable document whose key starts with ``prefix``, by key."""
+        ...
+
+    async def save(self, key: str, document: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class KeepsState(Protocol):
+    """What a :class:`Backend` (or a :class:`Membership`) that keeps warmgate's state in its own
+    place offers: the Kubernetes backend on its Deployment, the replicas in a ConfigMap.
+    Optional; ask through :func:`own_store`."""
+
+    def state_store(self) -> StateStore | None: ...
+
+
+def own_store(thing: object) -> StateStore | None:
+    """``thing``'s own :class:`StateStore`, or ``None`` (the router keeps a file instead)."""
+    return thing.state_store() if isinstance(thing, KeepsState) else None
 
 
 # -- several warmgate replicas -----------------------------------------------------------------

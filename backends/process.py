@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -26,6 +27,9 @@ _STDERR_TAIL = 20
 _READ_SIZE = 64 * 1024
 MAX_LINE = 8 * 1024
 """Longest log line of a child's output; a longer one is logged in pieces of this size."""
+LISTEN_POLL = 0.1
+"""Seconds between two looks at whether a starting child listens on its port yet: the stage
+turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
 
 
 class OutputLines:
@@ -150,11 +154,13 @@ class ProcessBackend:
             self._proc = proc
             log.info("[%s] started pid %d: %s", self.target, proc.pid, " ".join(argv))
             host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
-            self._set(Observation(running=True, endpoints=(f"http://{host}:{port}",)))
+            url = f"http://{host}:{port}"
+            self._set(Observation(running=True, endpoints=(url,), stage="starting"))
             assert proc.stdout is not None and proc.stderr is not None
             self._spawn(self._pipe(proc.stdout, "out"))
             self._spawn(self._pipe(proc.stderr, "err"))
             self._spawn(self._watch(proc))
+            self._spawn(self._listening(proc, port))
 
     def _spawn(self, coro: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -177,6 +183,22 @@ class ProcessBackend:
                 log.info("[%s] %s", self.target, text)
             if not chunk:
                 return
+
+    async def _listening(self, proc: asyncio.subprocess.Process, port: int) -> None:
+        """``starting`` until the child accepts connections on its port, then ``loading``."""
+        while proc.returncode is None and self._proc is proc and not self._stopping:
+            try:
+                _, writer = await asyncio.open_connection(self.spec.host, port)
+            except OSError:
+                await asyncio.sleep(LISTEN_POLL)
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            observation = self._observation
+            if self._proc is proc and observation.running and not self._stopping:
+                self._set(dataclasses.replace(observation, stage="loading"))
+            return
 
     async def _watch(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, Final
@@ -31,6 +32,19 @@ bounded by the target's ``cold_start_timeout``)."""
 
 PROBE_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError, ValueError)
 """What a probe of a starting or busy engine may raise; all mean "no (useful) answer"."""
+
+
+def progress_of(body: bytes) -> float | None:
+    """The ``progress`` (0..1) of a JSON object body (``{"status": "loading", "progress":
+    0.4}``); ``None`` when there is none, or it is not a number in range."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    value = data.get("progress") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0.0 <= value <= 1.0 else None
 
 
 class WarmupFailed(RuntimeError):
@@ -103,6 +117,8 @@ class EngineBase:
         """Set by an engine with a configured warm-up."""
         self._session: aiohttp.ClientSession | None = None
         self._last_busy = False
+        self._progress: dict[str, float] = {}
+        """Load progress (0..1) by endpoint, from the last readiness answer that said one."""
         park = spec.park
         requests = park if isinstance(park, ParkRequests) else None
         if park == "auto":
@@ -143,9 +159,29 @@ class EngineBase:
     # -- the Engine protocol ---------------------------------------------------------------
 
     async def probe_ready(self, base_url: str) -> bool:
-        if not await self.get_ok(base_url, self.ready_path):
+        if not await self.get_ready(base_url, self.ready_path):
             return False
         return self.warmup is None or self.warmup.done(base_url)
+
+    async def get_ready(self, base_url: str, path: str) -> bool:
+        """True for a 200; any other answer whose JSON body carries ``progress`` (0..1, as a
+        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`."""
+        try:
+            async with self.client().get(base_url + path, allow_redirects=False) as response:
+                body = await response.read()
+                ready = response.status == 200
+        except PROBE_ERRORS:
+            return False
+        progress = None if ready else progress_of(body)
+        if progress is None:
+            self._progress.pop(base_url, None)
+        else:
+            self._progress[base_url] = progress
+        return ready
+
+    def load_progress(self, base_url: str) -> float | None:
+        """:class:`backends.base.ReportsProgress`: what the last readiness answer said."""
+        return self._progress.get(base_url)
 
     async def busy(self, base_url: str) -> bool:
         return False

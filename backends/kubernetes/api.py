@@ -1,5 +1,6 @@
-"""The narrow interface between the Kubernetes backend and an API server: list, watch, read and
-patch a Deployment's scale, discover served API versions. Objects travel as plain JSON dicts.
+"""The narrow interface between the Kubernetes backend and an API server: list, watch, read,
+create, replace and merge-patch objects, patch a Deployment's scale, discover served API
+versions. Objects travel as plain JSON dicts.
 
 :class:`backends.kubernetes.client.RealKube` implements it over ``kubernetes_asyncio``;
 ``tests/kube/fake.py`` is its in-memory twin, and one contract suite runs against both. Errors
@@ -18,7 +19,8 @@ Json = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A namespaced resource collection: ``/apis/<group>/<version>/namespaces/<ns>/<plural>``."""
+    """A namespaced resource collection: ``/apis/<group>/<version>/namespaces/<ns>/<plural>``,
+    or ``/api/v1/namespaces/<ns>/<plural>`` for the core group (``group`` empty)."""
 
     group: str
     version: str
@@ -26,16 +28,18 @@ class Resource:
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     def __str__(self) -> str:
-        return f"{self.plural}.{self.group}"
+        return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
 HPAS = Resource("autoscaling", "v1", "horizontalpodautoscalers")
 SCALED_OBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
+PODS = Resource("", "v1", "pods")
+CONFIGMAPS = Resource("", "v1", "configmaps")
 ENDPOINTSLICE_GROUP = "discovery.k8s.io"
 
 
@@ -177,6 +181,11 @@ class KubeApi(Protocol):
     async def replace(self, resource: Resource, namespace: str, body: Json) -> Json:
         """Replace an object whole; ``body.metadata.resourceVersion`` makes it conditional
         (:class:`Conflict` when the object changed since). Returns it as stored."""
+        ...
+
+    async def patch(self, resource: Resource, namespace: str, name: str, body: Json) -> Json:
+        """A JSON merge patch (RFC 7386: maps merge, ``None`` removes a key) of one object;
+        returns it as stored (:class:`NotFound` if there is none)."""
         ...
 
     async def get_scale(self, namespace: str, deployment: str) -> int:

@@ -142,8 +142,17 @@ async def _checked_json(response: Any, what: str) -> Json:
     return data
 
 
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _core_path(resource: Resource, namespace: str, name: str | None = None) -> str:
+    path = f"/api/{resource.version}/namespaces/{namespace}/{resource.plural}"
+    return f"{path}/{name}" if name is not None else path
+
+
 class RealKube:
-    """The API server behind a ``kubernetes_asyncio`` ApiClient."""
+    """The API server behind a ``kubernetes_asyncio`` ApiClient. Custom-objects calls reach
+    every API group; the core group (pods, ConfigMaps) is asked by path."""
 
     def __init__(self, api: Any, server: str) -> None:
         self._api = api
@@ -170,6 +179,41 @@ class RealKube:
             raise Unreachable(f"{what}: API server {self._server} unreachable: {exc}") from exc
         return await _checked_json(response, what)
 
+    async def _core(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Json | None = None,
+        content_type: str | None = None,
+        limits: aiohttp.ClientTimeout | None = None,
+    ) -> Any:
+        """A raw response from the core group's API (its status is the caller's to check)."""
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        elif body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            return await self._api.call_api(
+                path,
+                method,
+                query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=limits
+                or aiohttp.ClientTimeout(total=REQUEST_TIMEOUT, sock_connect=CONNECT_TIMEOUT),
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unreachable(f"{what}: API server {self._server} unreachable: {exc}") from exc
+
+    async def _core_json(self, what: str, method: str, path: str, **kwargs: Any) -> Json:
+        return await _checked_json(await self._core(what, method, path, **kwargs), what)
+
     async def group_versions(self, group: str) -> tuple[str, ...]:
         data = await self._call("discovery", self._apis.get_api_versions)
         for entry in data.get("groups") or ():
@@ -188,15 +232,20 @@ class RealKube:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> ObjectList:
-        data = await self._call(
-            f"list {resource} in namespace {namespace}",
-            self._custom.list_namespaced_custom_object,
-            resource.group,
-            resource.version,
-            namespace,
-            resource.plural,
-            **_params(label_selector=label_selector, field_selector=field_selector),
-        )
+        what = f"list {resource} in namespace {namespace}"
+        if not resource.group:
+            query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+            data = await self._core_json(what, "GET", _core_path(resource, namespace), query=query)
+        else:
+            data = await self._call(
+                what,
+                self._custom.list_namespaced_custom_object,
+                resource.group,
+                resource.version,
+                namespace,
+                resource.plural,
+                **_params(label_selector=label_selector, field_selector=field_selector),
+            )
         items = tuple(item for item in data.get("items") or () if isinstance(item, dict))
         return ObjectList(items, str((data.get("metadata") or {}).get("resourceVersion", "")))
 
@@ -212,8 +261,50 @@ class RealKube:
         field_selector: str | None = None,
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         what = f"watch {resource} in namespace {namespace}"
+        if not resource.group:
+            query = {
+                "watch": "true",
+                "allowWatchBookmarks": "true",
+                "resourceVersion": resource_version or None,
+                "timeoutSeconds": timeout_seconds,
+                "labelSelector": label_selector,
+                "fieldSelector": field_selector,
+            }
+            limits = aiohttp.ClientTimeout(
+                sock_connect=CONNECT_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_SLACK
+            )
+            path = _core_path(resource, namespace)
+            response = await self._core(what, "GET", path, query=query, limits=limits)
+        else:
+            response = await self._custom_watch(
+                what,
+                resource,
+                namespace,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                label_selector=label_selector,
+                field_selector=field_selector,
+            )
+        if not 200 <= int(response.status) < 300:
+            await _checked_json(response, what)  # raises the translated error
         try:
-            response = await self._custom.list_namespaced_custom_object(
+            yield self._events(response, what)
+        finally:
+            response.close()
+
+    async def _custom_watch(
+        self,
+        what: str,
+        resource: Resource,
+        namespace: str,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        label_selector: str | None,
+        field_selector: str | None,
+    ) -> Any:
+        try:
+            return await self._custom.list_namespaced_custom_object(
                 resource.group,
                 resource.version,
                 namespace,
@@ -230,12 +321,6 @@ class RealKube:
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unreachable(f"{what}: API server {self._server} unreachable: {exc}") from exc
-        if not 200 <= int(response.status) < 300:
-            await _checked_json(response, what)  # raises the translated error
-        try:
-            yield self._events(response, what)
-        finally:
-            response.close()
 
     async def _events(self, response: Any, what: str) -> AsyncIterator[WatchEvent]:
         try:
@@ -256,8 +341,11 @@ class RealKube:
             raise Unreachable(f"{what}: the watch broke: {exc!r}") from exc
 
     async def get(self, resource: Resource, namespace: str, name: str) -> Json:
+        what = f"get {resource} {name} in namespace {namespace}"
+        if not resource.group:
+            return await self._core_json(what, "GET", _core_path(resource, namespace, name))
         return await self._call(
-            f"get {resource} {name} in namespace {namespace}",
+            what,
             self._custom.get_namespaced_custom_object,
             resource.group,
             resource.version,
@@ -268,8 +356,11 @@ class RealKube:
 
     async def create(self, resource: Resource, namespace: str, body: Json) -> Json:
         name = (body.get("metadata") or {}).get("name")
+        what = f"create {resource} {name} in namespace {namespace}"
+        if not resource.group:
+            return await self._core_json(what, "POST", _core_path(resource, namespace), body=body)
         return await self._call(
-            f"create {resource} {name} in namespace {namespace}",
+            what,
             self._custom.create_namespaced_custom_object,
             resource.group,
             resource.version,
@@ -280,8 +371,12 @@ class RealKube:
 
     async def replace(self, resource: Resource, namespace: str, body: Json) -> Json:
         name = str((body.get("metadata") or {}).get("name"))
+        what = f"update {resource} {name} in namespace {namespace}"
+        if not resource.group:
+            path = _core_path(resource, namespace, name)
+            return await self._core_json(what, "PUT", path, body=body)
         return await self._call(
-            f"update {resource} {name} in namespace {namespace}",
+            what,
             self._custom.replace_namespaced_custom_object,
             resource.group,
             resource.version,
@@ -289,6 +384,23 @@ class RealKube:
             resource.plural,
             name,
             body,
+        )
+
+    async def patch(self, resource: Resource, namespace: str, name: str, body: Json) -> Json:
+        what = f"patch {resource} {name} in namespace {namespace}"
+        if not resource.group:
+            path = _core_path(resource, namespace, name)
+            return await self._core_json(what, "PATCH", path, body=body, content_type=MERGE_PATCH)
+        return await self._call(
+            what,
+            self._custom.patch_namespaced_custom_object,
+            resource.group,
+            resource.version,
+            namespace,
+            resource.plural,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
         )
 
     async def get_scale(self, namespace: str, deployment: str) -> int:
@@ -307,7 +419,7 @@ class RealKube:
             deployment,
             namespace,
             {"spec": {"replicas": replicas}},
-            _content_type="application/merge-patch+json",
+            _content_type=MERGE_PATCH,
         )
         return int((data.get("spec") or {}).get("replicas") or 0)
 

@@ -15,7 +15,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
-from backends.base import BackendError, Peer
+from backends.base import BackendError, Peer, StateStore
 from backends.kubernetes.api import Json, KubeApi, KubeError
 from backends.kubernetes.informer import (
     DEFAULT_BACKOFF,
@@ -25,6 +25,7 @@ from backends.kubernetes.informer import (
     service_slices,
 )
 from backends.kubernetes.lease import LeaseElection
+from backends.kubernetes.state import ConfigMapStore
 from backends.specs import ReplicasSpec
 
 log = logging.getLogger("warmgate.replicas")
@@ -118,6 +119,11 @@ class KubernetesMembership:
     @property
     def identity(self) -> str:
         return self._identity
+
+    def state_store(self) -> StateStore:
+        """The replicas' documents (each one's cloud spend today), in the ConfigMap
+        ``warmgate-state`` of warmgate's namespace."""
+        return ConfigMapStore(self.spec.namespace, lambda: self._api)
 
     def peers(self) -> tuple[Peer, ...]:
         return self._peers

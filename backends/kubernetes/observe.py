@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from backends.base import Observation
 from backends.kubernetes.api import Json
+from backends.kubernetes.stages import start_stage
 from backends.specs import KubernetesBackend as KubernetesSpec
 
 
@@ -73,16 +74,31 @@ def observe(
     intent: int | None = None,
     problems: Iterable[str] = (),
     refused: str | None = None,
+    pods: Iterable[Json] | None = None,
 ) -> Observation:
     """``intent``: the replica count warmgate asked for and has not seen confirmed yet (it
     counts over the watched value, so a scale-down does not look running until the watch
-    catches up). ``problems``: why the view may be stale (degraded, but serving goes on)."""
+    catches up). ``problems``: why the view may be stale (degraded, but serving goes on).
+    ``pods``: the Deployment's pods, for the stage of a start (``None``: not watched)."""
     replicas = intent if intent is not None else spec_replicas(deployment)
     running = replicas > 0
     endpoints = endpoint_urls(spec, ready_addresses(slices)) if running else ()
     failure = refused or (replica_failure(deployment) if running else None)
     degraded = "; ".join(problems) or None
-    return Observation(running=running, endpoints=endpoints, failure=failure, degraded=degraded)
+    if not running or pods is None:
+        return Observation(running=running, endpoints=endpoints, failure=failure, degraded=degraded)
+    stage = start_stage(pods)
+    if failure is None and stage.failure_reason is not None:
+        failure = f"{stage.failure_reason}: {stage.message}"
+    return Observation(
+        running=running,
+        endpoints=endpoints,
+        failure=failure,
+        degraded=degraded,
+        stage=stage.stage,
+        stage_message=stage.message if stage.failure_reason is None else "",
+        failure_reason=stage.failure_reason if failure is not None else None,
+    )
 
 
 def other_owners(

@@ -79,8 +79,8 @@ class FakeCluster:
         self.endpointslice_versions = endpointslice_versions
         self.pod_ready_after = pod_ready_after
         self.reachable = True
-        self.installed = {"apps", "autoscaling", "coordination.k8s.io", ENDPOINTSLICE_GROUP}
-        """API groups served (add "keda.sh" to serve ScaledObjects)."""
+        self.installed = {"", "apps", "autoscaling", "coordination.k8s.io", ENDPOINTSLICE_GROUP}
+        """API groups served ("": the core group; add "keda.sh" to serve ScaledObjects)."""
         self._rv = 100
         self._oldest = 100
         self._objects: dict[_Key, Json] = {}
@@ -454,6 +454,22 @@ class FakeKube:
         obj["metadata"]["namespace"] = namespace
         return copy.deepcopy(self.cluster._store("MODIFIED", resource, obj))
 
+    async def patch(self, resource: Resource, namespace: str, name: str, body: Json) -> Json:
+        await asyncio.sleep(0)
+        self.cluster._check("patch", resource.plural, self.allowed, namespace)
+        self.cluster._served(resource)
+        current = self.cluster._objects.get((_path(resource), namespace, name))
+        if current is None:
+            raise NotFound(f'{resource} "{name}" not found', status=404)
+        obj = merge_patch(copy.deepcopy(current), body)
+        obj["metadata"].update(name=name, namespace=namespace)
+        if resource == DEPLOYMENTS and (
+            obj.get("spec") != current.get("spec")
+            or obj["metadata"].get("annotations") != current["metadata"].get("annotations")
+        ):  # as the API server counts generations of a Deployment
+            obj["metadata"]["generation"] = current["metadata"].get("generation", 0) + 1
+        return copy.deepcopy(self.cluster._store("MODIFIED", resource, obj))
+
     async def get_scale(self, namespace: str, deployment: str) -> int:
         await asyncio.sleep(0)
         self.cluster._check("get", "deployments/scale", self.allowed, namespace)
@@ -471,6 +487,18 @@ class FakeKube:
         self.closed = True
 
 
+def merge_patch(target: Json, patch: Json) -> Json:
+    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
 def everything_but(*denied: str) -> set[str]:
     """An RBAC grant of every verb the backend uses except ``denied``."""
     verbs = {
@@ -482,5 +510,8 @@ def everything_but(*denied: str) -> set[str]:
         "patch deployments/scale",
         "list horizontalpodautoscalers",
         "list scaledobjects",
+        "list pods",
+        "watch pods",
+        "patch deployments",
     }
     return verbs - set(denied)

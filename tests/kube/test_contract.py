@@ -16,10 +16,12 @@ import pytest
 from kubernetes_asyncio import client
 
 from backends.kubernetes.api import (
+    CONFIGMAPS,
     DEPLOYMENTS,
     ENDPOINTSLICE_GROUP,
     HPAS,
     LEASES,
+    PODS,
     SCALED_OBJECTS,
     Conflict,
     Forbidden,
@@ -331,6 +333,66 @@ async def test_a_lease_is_created_once_and_replaced_only_from_its_current_versio
     with pytest.raises(Conflict):
         await kube.api.replace(LEASES, kube.namespace, stale)
     assert (await kube.api.get(LEASES, kube.namespace, "leader"))["spec"]["holderIdentity"] == "b"
+
+
+async def test_a_merge_patch_sets_and_removes_one_annotation_and_is_watched(
+    kube: Driver,
+) -> None:
+    await kube.deployment("engine")
+    listed = await kube.api.list(DEPLOYMENTS, kube.namespace, field_selector="metadata.name=engine")
+    (before,) = listed.items
+    patch = {"metadata": {"annotations": {"warmgate.io/cold-start": '{"starts":[8.2]}'}}}
+    stored = await kube.api.patch(DEPLOYMENTS, kube.namespace, "engine", patch)
+    annotations = stored["metadata"]["annotations"]
+    assert annotations["warmgate.io/cold-start"] == '{"starts":[8.2]}'
+    assert stored["spec"] == before["spec"]  # nothing else: the pods are not rolled
+    # A Deployment counts an annotation change as a new generation (as it does a spec change).
+    assert stored["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    event = await next_event(
+        kube,
+        DEPLOYMENTS,
+        listed.resource_version,
+        lambda e: "warmgate.io/cold-start" in (e.object["metadata"].get("annotations") or {}),
+        field_selector="metadata.name=engine",
+    )
+    assert event.type == "MODIFIED"
+    removed = {"metadata": {"annotations": {"warmgate.io/cold-start": None}}}
+    stored = await kube.api.patch(DEPLOYMENTS, kube.namespace, "engine", removed)
+    assert "warmgate.io/cold-start" not in (stored["metadata"].get("annotations") or {})
+    with pytest.raises(NotFound):
+        await kube.api.patch(DEPLOYMENTS, kube.namespace, "no-such-deployment", patch)
+
+
+async def test_core_objects_a_configmap_and_pods(kube: Driver) -> None:
+    """The core group (``/api/v1``): a ConfigMap made, merge-patched key by key, read back;
+    pods listed and watched by label like any other resource."""
+    with pytest.raises(NotFound):
+        await kube.api.get(CONFIGMAPS, kube.namespace, "warmgate-state")
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "warmgate-state"},
+        "data": {"budget.a": '{"spent":1}'},
+    }
+    await kube.api.create(CONFIGMAPS, kube.namespace, body)
+    with pytest.raises(Conflict):
+        await kube.api.create(CONFIGMAPS, kube.namespace, body)
+    patch = {"data": {"budget.b": '{"spent":2}'}}
+    stored = await kube.api.patch(CONFIGMAPS, kube.namespace, "warmgate-state", patch)
+    assert stored["data"] == {"budget.a": '{"spent":1}', "budget.b": '{"spent":2}'}
+    read = await kube.api.get(CONFIGMAPS, kube.namespace, "warmgate-state")
+    assert read["data"] == stored["data"]
+    listed = await kube.api.list(PODS, kube.namespace, label_selector="app=engine")
+    assert listed.items == () and listed.resource_version
+    async with kube.api.watch(
+        PODS,
+        kube.namespace,
+        resource_version=listed.resource_version,
+        timeout_seconds=1,
+        label_selector="app=engine",
+    ) as events:
+        async for event in events:
+            assert event.type == "BOOKMARK"
 
 
 async def test_what_rbac_does_not_grant_is_forbidden(kube: Driver) -> None:
