@@ -4,6 +4,11 @@ Creation writes deterministic pseudo-random bytes in chunks (atomically, via a t
 so every engine on a machine shares one file and a second start skips the write. Loading reads
 the whole file in chunks on a worker thread and keeps it in a bytearray, or streams it into a
 uint8 tensor on the GPU. Both are cancellable between chunks.
+
+Parking (ComfyUI's ``POST /free``) drops the weights from the device: on CUDA they are copied
+to pinned host memory first and the GPU memory is given back to the driver, so the reload on
+the next render is one host-to-device copy; on the CPU they are dropped and read again from
+the page cache.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class LoadState(enum.Enum):
     LOADING = "loading"
     LOADED = "loaded"
     FAILED = "failed"
+    PARKED = "parked"
+    """Freed by ``POST /free``: loaded again by the next render (the engine stays ready)."""
 
 
 class Model(Protocol):
@@ -47,6 +54,15 @@ class Model(Protocol):
     async def ensure_loaded(self) -> None: ...
 
     def sample(self, offset: int, length: int) -> bytes: ...
+
+    async def park(self) -> None:
+        """Drop the weights from the device; the next ``ensure_loaded`` loads them again."""
+        ...
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes of weights on the device now."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -99,6 +115,21 @@ def read_to_host(path: Path, size: int, chunk_size: int, cancel: threading.Event
     return data
 
 
+def offload_to_host(gpu: Any, torch: Any) -> Any:
+    """A pinned host copy of a CUDA tensor (pinned: the copy back runs at full PCIe speed)."""
+    host = torch.empty(gpu.numel(), dtype=torch.uint8, pin_memory=True)
+    host.copy_(gpu)
+    return host
+
+
+def reload_to_cuda(host: Any, torch: Any) -> Any:
+    """The pinned host copy back on the GPU, in one copy."""
+    gpu = torch.empty(host.numel(), dtype=torch.uint8, device="cuda")
+    gpu.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    return gpu
+
+
 def read_to_cuda(
     path: Path, size: int, chunk_size: int, cancel: threading.Event, torch: Any
 ) -> Any:
@@ -133,6 +164,8 @@ class Checkpoint:
         self._state = LoadState.UNLOADED
         self._host: bytearray | None = None
         self._gpu: Any = None
+        self._offloaded: Any = None
+        """While parked on CUDA: the weights in pinned host memory."""
         self.error: str | None = None
         self.load_seconds: float | None = None
 
@@ -141,8 +174,8 @@ class Checkpoint:
         return self._state
 
     def start(self) -> None:
-        """Begin loading in the background if nothing has started it yet."""
-        if self._task is None or self._state is LoadState.FAILED:
+        """Begin loading in the background if nothing has started it yet (or it was parked)."""
+        if self._task is None or self._state in (LoadState.FAILED, LoadState.PARKED):
             self._state = LoadState.LOADING
             self._cancel = threading.Event()
             self.error = None
@@ -180,7 +213,11 @@ class Checkpoint:
         log.info("checkpoint loaded in %.2fs", self.load_seconds)
 
     def _load_blocking(self, cancel: threading.Event) -> tuple[bytearray | None, Any]:
-        """Runs on a worker thread: create the file if needed, then read it all in."""
+        """Runs on a worker thread: create the file if needed, then read it all in (after a
+        park on CUDA: copy the pinned host copy back)."""
+        offloaded, self._offloaded = self._offloaded, None
+        if offloaded is not None:
+            return None, reload_to_cuda(offloaded, self._torch)
         if create_file(self.path, self.size, self._chunk_size, cancel):
             log.info("created checkpoint file %s", self.path)
         if self._torch is None:
@@ -198,6 +235,35 @@ class Checkpoint:
             return bytes(self._gpu[start:end].cpu().tolist())
         assert self._host is not None
         return bytes(self._host[start:end])
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.size if self._state is LoadState.LOADED else 0
+
+    async def park(self) -> None:
+        """Drop the weights from the device; the next render loads them again. A load in
+        progress ends first (a render may be waiting for it). On CUDA the weights are kept in
+        pinned host memory and the GPU memory goes back to the driver."""
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        self._task = None
+        gpu, self._gpu, self._host = self._gpu, None, None
+        if gpu is not None and self._torch is not None:
+            self._offloaded = await asyncio.to_thread(self._offload, gpu)
+            del gpu
+            self._torch.cuda.empty_cache()
+        self._state = LoadState.PARKED
+        kept = "kept in pinned host memory" if self._offloaded is not None else "dropped"
+        log.info("checkpoint parked (%s); the next render loads it again", kept)
+
+    def _offload(self, gpu: Any) -> Any:
+        try:
+            return offload_to_host(gpu, self._torch)
+        except RuntimeError as exc:  # no pinned memory to spare: read the file again instead
+            log.warning("keeping the checkpoint in host memory failed (%s)", exc)
+            return None
 
     async def aclose(self) -> None:
         """Stop a load in progress and release the weights."""

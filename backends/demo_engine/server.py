@@ -39,9 +39,13 @@ PREFIXES = ("", "/api")
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """200 once the engine can serve: the checkpoint loaded, or parked (``POST /free``: it loads
+    again on the next render, and the engine stays ready, as a Kubernetes readinessProbe needs)."""
     model = request.app[MODEL]
     if model.state is LoadState.LOADED:
         return web.json_response({"status": "ready"})
+    if model.state is LoadState.PARKED:
+        return web.json_response({"status": "ready", "checkpoint": "parked"})
     body: dict[str, Any] = {"status": "loading", "checkpoint": model.state.value}
     if model.error:
         body["error"] = model.error
@@ -101,8 +105,23 @@ async def view(request: web.Request) -> web.Response:
     return web.Response(body=png, content_type="image/png")
 
 
+async def free(request: web.Request) -> web.Response:
+    """ComfyUI's ``POST /free``: ``unload_models`` drops the resident checkpoint (with
+    ``--device cuda`` its VRAM goes back to the driver); the next render loads it again."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        return web.json_response({"error": "expected a JSON object"}, status=400)
+    if body.get("unload_models") or body.get("free_memory"):
+        await request.app[MODEL].park()
+    return web.Response(status=200)
+
+
 async def system_stats(request: web.Request) -> web.Response:
     torch = request.app[TORCH]
+    model = request.app[MODEL]
     ram, devices = describe_devices(torch)
     system = {
         "os": sys.platform,
@@ -114,7 +133,12 @@ async def system_stats(request: web.Request) -> web.Response:
         "argv": sys.argv,
         "hostname": platform.node(),
     }
-    return web.json_response({"system": system, "devices": devices})
+    checkpoint = {
+        "state": model.state.value,
+        "resident_bytes": model.resident_bytes,
+        "device": "cuda" if torch is not None else "cpu",
+    }
+    return web.json_response({"system": system, "devices": devices, "checkpoint": checkpoint})
 
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
@@ -151,6 +175,7 @@ def _routes() -> list[web.RouteDef]:
         ("GET", "/history/{prompt_id}", get_history),
         ("GET", "/view", view),
         ("GET", "/system_stats", system_stats),
+        ("POST", "/free", free),
         ("GET", "/ws", websocket),
         ("GET", "/", _text(INDEX_HTML, "text/html")),
         ("GET", "/static/app.css", _text(APP_CSS, "text/css")),
