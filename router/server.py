@@ -110,9 +110,10 @@ class _GuardedHandler(RequestHandler):
             self._head_timer = self._loop.call_later(limit, self._head_too_slow)
 
     def _between_requests(self) -> bool:
-        """No request is being handled (its body read) and the connection is still HTTP."""
-        upgraded = getattr(self, "_upgraded", False) or getattr(self, "_upgrade", False)
-        return not (self._request_in_progress or upgraded or self._force_close or self._close)
+        """The connection waits for its next request (the last one fully answered, its body
+        read): bytes arriving now begin a head, never a body or a websocket's frames."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._head_timer is not None:
