@@ -38,7 +38,7 @@ faults: install kube-bins
 # warmgate leans on aiohttp's parser and server internals.
 AIOHTTP_FLOOR := 3.12.14
 FLOOR_DIR := .aiohttp-floor
-HTTP_TESTS = tests/test_proxy.py tests/test_server.py tests/test_upstream.py tests/http $(wildcard tests/test_websocket*.py)
+HTTP_TESTS = tests/test_proxy.py tests/test_server.py tests/test_server_drain.py tests/test_upstream.py tests/http $(wildcard tests/test_websocket*.py)
 
 test-aiohttp-floor: install
 	test -d $(FLOOR_DIR)/aiohttp-$(AIOHTTP_FLOOR).dist-info || (rm -rf $(FLOOR_DIR) && $(BIN)/pip install -q --no-deps --target $(FLOOR_DIR) aiohttp==$(AIOHTTP_FLOOR))
