@@ -12,12 +12,15 @@ import signal
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from router.app import Apps, build_apps
 from router.cluster.keda import ScalerServer
 from router.config import Config
 from router.errors import ListenError
+from router.http.intake import refusal
 from router.keys import RUNTIMES
 
 log = logging.getLogger("warmgate")
@@ -56,10 +59,12 @@ class _GuardedHandler(RequestHandler):
     aiohttp's first keep-alive timer is dropped because the head timer already closes a
     connection that sends nothing (aiohttp arms its own again after each request)."""
 
-    __slots__ = ("_head_timer",)
+    __slots__ = ("_head_timer", "_refused")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._refused = False
+        """A request was refused (see :meth:`_refuse`): nothing more is read."""
         if type(getattr(self, "_messages", None)) is collections.deque:
             self._messages = _MessageQueue()  # type: ignore[assignment]
 
@@ -98,8 +103,12 @@ class _GuardedHandler(RequestHandler):
         return _shared(_PEERS, name[0]) if isinstance(name, tuple) and name else name
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # after a refused request: not one more byte of this connection is read
         heads = self._request_count
         super().data_received(data)
+        if self._request_count != heads:
+            self._refuse(self._request_count - heads)
         if self._request_count != heads or self._task_handler is None:  # a head is complete
             if self._head_timer is not None:
                 self._head_timer.cancel()
@@ -108,6 +117,25 @@ class _GuardedHandler(RequestHandler):
             # The first bytes of the next head on a keep-alive connection: it has as long.
             limit = getattr(self._manager, "header_timeout", 10.0)
             self._head_timer = self._loop.call_later(limit, self._head_too_slow)
+
+    def _refuse(self, parsed: int) -> None:
+        """Of the ``parsed`` requests just queued, the first that warmgate refuses
+        (router.http.intake) is answered 400 in its turn, as aiohttp answers what it cannot
+        parse, and the connection closed with it; nothing after it is read or dispatched (it
+        may be a request smuggled inside it)."""
+        messages = self._messages
+        for index in range(len(messages) - parsed, len(messages)):
+            message = messages[index][0]
+            if isinstance(message, _ErrInfo):
+                return
+            why = refusal(message.method, message.path, message.headers)
+            if why is not None:
+                error = BadHttpMessage(why)
+                messages[index] = (_ErrInfo(status=400, exc=error, message=why), EMPTY_PAYLOAD)
+                while len(messages) > index + 1:
+                    messages.pop()
+                self._refused = True
+                return
 
     def _between_requests(self) -> bool:
         """The connection waits for its next request (the last one fully answered, its body

@@ -260,7 +260,7 @@ async def test_malformed_request_is_400(stack) -> None:  # type: ignore[no-untyp
     writer.write(b"GET http://elsewhere.example/ HTTP/1.1\r\nHost: x\r\n\r\n")
     await writer.drain()
     status = await reader.readline()
-    assert status.startswith(b"HTTP/1.1 400"), status
+    assert status.split(b" ")[1] == b"400", status
     writer.close()
     reader, writer = await asyncio.open_connection("127.0.0.1", wg.server.public_port)
     writer.write(b"GARBAGE\r\n\r\n")
