@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from router.keys import METRICS, READINESS, RUNTIMES
 from router.scale.state import Phase
+from router.scale.targets import TargetRuntime
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -41,6 +43,8 @@ async def targets(request: web.Request) -> web.Response:
             "phase": state.phase.value,
             "for_seconds": round(now - state.since, 3),
             "reason": state.reason,
+            # the stage of a start (docs/operations.md), its time so far, the ETA left
+            **_start(runtime, now),
             "endpoints": list(state.endpoints),
             "in_flight": activity.in_flight,
             "held": activity.held,
@@ -54,6 +58,21 @@ async def targets(request: web.Request) -> web.Response:
             "pool": runtime.pool.name if runtime.pool is not None else None,
         }
     return web.json_response(out)
+
+
+def _start(runtime: TargetRuntime, now: float) -> dict[str, Any]:
+    state = runtime.state
+    starting = state.phase is Phase.STARTING
+    stage = state.stage if starting else None
+    remaining = runtime.eta()
+    return {
+        "stage": stage,
+        "stage_message": state.stage_message or None if stage is not None else None,
+        "stage_seconds": round(now - state.stage_since, 3) if stage is not None else None,
+        "progress": state.progress if starting else None,
+        "eta_seconds": None if remaining is None else round(remaining, 2),
+        "cold_start": runtime.cold_starts.describe(),
+    }
 
 
 def build_admin_app() -> web.Application:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
+from backends.base import own_store
 from backends.registry import make_backend, make_engine, make_membership
 from router.admin import build_admin_app
 from router.cluster.replicas import Replicas
@@ -24,10 +25,12 @@ from router.http.websocket import UpstreamSocket
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.metrics import Metrics
 from router.openai.api import build_openai_api
+from router.openai.budget import kept
 from router.routing.dispatch import Dispatcher
 from router.routing.match import RouteTable
 from router.routing.waiting import PREFIX, WaitingPages
 from router.scale.lifecycle import Lifecycle
+from router.scale.persist import FileStore
 from router.scale.pool_runtime import PoolRuntime
 from router.scale.targets import TargetRuntime
 
@@ -66,6 +69,12 @@ def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
     )
 
 
+def _file_store(config: Config, prefix: str = "") -> FileStore | None:
+    """Files under ``state_dir`` (``None`` where the config keeps no state)."""
+    path = config.state_path
+    return FileStore(path, prefix) if path is not None else None
+
+
 def build_apps(config: Config) -> Apps:
     loop = asyncio.get_running_loop()
     metrics = Metrics()
@@ -77,9 +86,18 @@ def build_apps(config: Config) -> Apps:
             name, target.backend, config.base_dir, environ=children, kube_environ=env.kube
         )
         engine = make_engine(target.engine_spec(config.base_dir))
-        runtimes[name] = TargetRuntime(
-            name, target, backend, engine, metrics, loop, config.economics
+        runtime = runtimes[name] = TargetRuntime(
+            name,
+            target,
+            backend,
+            engine,
+            metrics,
+            loop,
+            config.economics,
+            assumed_cold_start=config.policy.assumed_cold_start,
         )
+        # what it learns survives restarts: on its Deployment, or in a file under state_dir
+        runtime.store = own_store(backend) or _file_store(config, f"{name}.")
     replicas = (
         Replicas(
             make_membership(
@@ -152,6 +170,14 @@ def build_apps(config: Config) -> Apps:
             replicas.share_budget(api.budget)
         api.add_routes(public)
         public.cleanup_ctx.append(api.lifespan)
+        # the day's spend survives restarts: one record per replica in the replicas' ConfigMap,
+        # else a file under state_dir
+        spend_store = own_store(replicas.membership) if replicas is not None else None
+        if replicas is not None and spend_store is not None:
+            key = f"budget.{replicas.identity}"
+            public.cleanup_ctx.append(kept(api.budget, spend_store, key, replicas.spend.remember))
+        elif (budget_file := _file_store(config)) is not None:
+            public.cleanup_ctx.append(kept(api.budget, budget_file))
     public.router.add_route("*", "/{tail:.*}", dispatcher.handle)
 
     admin = build_admin_app()

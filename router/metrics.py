@@ -62,6 +62,15 @@ class Metrics:
             namespace=ns,
             registry=r,
         )
+        self.cold_start_stage_seconds = Histogram(
+            "cold_start_stage_seconds",
+            "Time a start spent in each stage (scheduling, unschedulable, preempting, pulling, "
+            "starting, loading)",
+            ["target", "stage"],
+            buckets=_COLD_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
         self.leader = Gauge(
             "leader",
             "1 while this replica holds the leader Lease (decides scale-downs), else 0",

@@ -28,7 +28,16 @@ CASES = [
     ("always on never acts", View(state(Phase.READY), UP, S, now=1e9, always_on=True), Act.WAIT),
     ("starting, not up yet", View(state(Phase.STARTING), DOWN, S, now=5), Act.WAIT),
     ("starting, probe due", View(state(Phase.STARTING), UP, S, now=5, next_probe=5), Act.PROBE),
-    ("starting, probe later", View(state(Phase.STARTING), UP, S, now=5, next_probe=6), Act.WAIT),
+    (
+        "starting, loading, probe later",
+        View(state(Phase.STARTING, stage="loading"), UP, S, now=5, next_probe=6),
+        Act.WAIT,
+    ),
+    (
+        "starting, up: now loading",
+        View(state(Phase.STARTING), UP, S, now=5, next_probe=6),
+        Act.STAGE,
+    ),
     ("starting, crashed", View(state(Phase.STARTING), CRASHED, S, now=5), Act.FAIL),
     ("starting, too long", View(state(Phase.STARTING), UP, S, now=300, next_probe=400), Act.FAIL),
     ("ready, in flight", View(state(Phase.READY), UP, S, now=9999, idle_since=None), Act.WAIT),
@@ -64,7 +73,8 @@ def test_decide(name: str, view: View, act: Act) -> None:
 def test_wait_says_until_when() -> None:
     assert decide(View(state(Phase.READY), UP, S, now=100, idle_since=50)).until == 1850
     assert decide(View(state(Phase.FAILED, retry_at=42), DOWN, S, now=1)).until == 42
-    step = decide(View(state(Phase.STARTING, since=0), UP, S, now=1, next_probe=1.2))
+    loading = state(Phase.STARTING, since=0, stage="loading")
+    step = decide(View(loading, UP, S, now=1, next_probe=1.2))
     assert step.act is Act.WAIT and step.until == 1.2
 
 

@@ -63,6 +63,11 @@ class Spend:
         for name, (on, usd) in _spend_from_json(data.get("remembered")).items():
             self._remember(name, on, usd)  # replicas gone before this one came
 
+    def remember(self, name: str, day: datetime.date, usd: float) -> None:
+        """Another replica's spend as kept at its last write (read back at start, from the
+        state store): counted like a third replica's word, until that replica answers."""
+        self._remember(name, day, usd)
+
     def _remember(self, name: str, day: datetime.date, usd: float) -> None:
         """Another replica's spend as a third one remembers it: the highest word wins, and
         never over the replica's own (while it is heard) or this one's (echoed back)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,8 @@ from router.config.targets import Target
 
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
 _TARGET_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+STATE_DIR = "warmgate-state"
+"""``state_dir`` when the config names none: beside the config file."""
 ENVIRONMENT = "environment"
 """The validation context's key for the :class:`Environment` a Config carries."""
 
@@ -92,6 +95,13 @@ class Config(Frozen):
     ``warmgate simulate`` totals them (docs/simulate.md)."""
     replicas: ReplicasSpec | None = None
     """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
+    state_dir: str | None = None
+    """Directory for what warmgate learns and must not forget at a restart (learned cold-start
+    figures, the day's cloud spend), as small JSON files; created on demand, relative to this
+    file. Omitted: ``warmgate-state`` beside this file (a config given as data, not as a file,
+    keeps nothing unless it names one). A Kubernetes target keeps its figures
+    on its Deployment, and several replicas their spend in a ConfigMap, instead
+    (docs/operations.md). Unwritable or unreadable: a warning, never a failure."""
     pools: Mapping[str, Pool] = Field(default_factory=dict)
     """GPUs that several targets take turns on (docs/pools.md); a target joins with ``pool:``."""
     source: str = Field(default="<memory>", exclude=True)
@@ -99,6 +109,14 @@ class Config(Frozen):
     base_dir: str = Field(default=".", exclude=True)
     _environment: Environment = PrivateAttr(default_factory=Environment)
     _replicas_token: str | None = PrivateAttr(default=None)
+
+    @property
+    def state_path(self) -> str | None:
+        """``state_dir`` resolved against the config file's directory; ``None`` for a config
+        that came from no file and names no ``state_dir`` (nothing is kept then)."""
+        if self.state_dir is None and self.source.startswith("<"):
+            return None
+        return os.path.join(self.base_dir, self.state_dir or STATE_DIR)
 
     @property
     def environment(self) -> Environment:

@@ -118,6 +118,16 @@ class Scaling(Frozen):
     failure_backoff: Duration = 10.0
     """First wait after a failed cold start; doubles per failure up to ``failure_backoff_max``."""
     failure_backoff_max: Duration = 300.0
+    expected_cold_start: Duration | None = None
+    """Seconds a cold start is expected to take before warmgate has seen one of this target:
+    the waiting page's first ETA and what the API policy predicts (``max_wait`` against it).
+    Omitted: ``policy.assumed_cold_start`` (30 s). Once starts were seen, they are learned from
+    (and kept across restarts: docs/operations.md), and this is no longer used."""
+    abandon_after: Duration = 120.0
+    """A start nobody waits for any more (no held request, no request and no waiting page
+    since this long) is stopped, so a pod left Pending on a busy cluster does not take a GPU
+    hours later with nobody there. 2 minutes: longer than a page reload or a client's retry,
+    shorter than a batch job's wait for the GPU. 0: never abandoned."""
     park_after: Duration = 0.0
     """Idle this long -> parked: the engine drops its weights from the GPU, its process (or pod)
     stays, and the next request waits about a second for a reload instead of a cold start

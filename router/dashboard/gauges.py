@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 
 from prometheus_client import Gauge
 
 from router.metrics import Metrics
 from router.openai.budget import Budget
-from router.routing.waiting import DEFAULT_ETA
 from router.scale.targets import TargetRuntime
 
 
@@ -21,13 +19,14 @@ def add_gauges(
     eta = Gauge(
         "cold_start_eta_seconds",
         "Expected seconds from scale-up to ready, as the waiting page shows it (learned from "
-        f"the recent cold starts; {DEFAULT_ETA:g} before the first)",
+        "the recent cold starts, kept across restarts; scaling.expected_cold_start before the "
+        "first)",
         ["target"],
         namespace=ns,
         registry=r,
     )
     for name, runtime in runtimes.items():
-        eta.labels(name).set_function(functools.partial(runtime.predicted_cold_start, DEFAULT_ETA))
+        eta.labels(name).set_function(runtime.predicted_cold_start)
     if budget is not None:  # the OpenAI-compatible API is served
         limit = Gauge(
             "cloud_budget_usd",

@@ -19,7 +19,6 @@ from router.dashboard import tier
 from router.dashboard.events import EventBus
 from router.dashboard.today import Today
 from router.openai.api import OpenAIApi
-from router.routing.waiting import DEFAULT_ETA
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -84,11 +83,13 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
     release_at = None  # counting down while ready and idle: the same release as idleness
     if state.phase in (Phase.READY, Phase.PARKED) and not always_on and idle_since is not None:
         release_at = idle_since + runtime.idle_after() if activity.held == 0 else None
-    eta = runtime.predicted_cold_start(DEFAULT_ETA)
+    eta = runtime.predicted_cold_start()
     failure = src.today.last_failure(runtime.name)
     return {
         "phase": state.phase.value,
-        "stage": getattr(state, "stage", None),  # the stage of a start, once starts have them
+        "stage": state.stage if state.phase is Phase.STARTING else None,
+        "stage_message": state.stage_message or None,
+        "progress": state.progress,
         "parked": tier.parked(runtime, lambda t: _wall(src, t)),
         "waiting_for": state.waiting_for or None,
         "since": _wall(src, state.since),

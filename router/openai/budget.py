@@ -9,15 +9,29 @@ zero, outstanding reservations carry over. The wall clock is injectable for test
 With several warmgate replicas the day's limit is theirs together: ``others`` says what the other
 replicas spent and reserved today, as last heard (docs/replicas.md).
 
+The day survives a restart (:func:`kept`): the spend and the open reservations are written
+through on every reservation and settle, and read back at start; reservations open when the
+process died count as spent (the cloud may have charged them).
+
 One event loop, no awaits inside: no locks needed.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from backends.base import StateStore
+from router.scale.persist import Writer
+
+log = logging.getLogger("warmgate.budget")
 
 _EPSILON = 1e-9
 """Float slack: a reservation of exactly what is left fits."""
@@ -59,6 +73,8 @@ class Budget:
         self.outstanding = 0
         self.others: Callable[[datetime.date], float] | None = None
         """USD the other warmgate replicas spent and reserved on a given day, as last heard."""
+        self.on_change: Callable[[], None] | None = None
+        """Called after every reservation and settle (the spend is written through)."""
 
     def _roll(self) -> None:
         now = self.clock()
@@ -87,6 +103,7 @@ class Budget:
             return None
         self.reserved += amount
         self.outstanding += 1
+        self._changed()
         return Reservation(amount, cloud)
 
     def settle(self, reservation: Reservation, actual: float) -> None:
@@ -103,7 +120,85 @@ class Budget:
         self.spent += actual
         if actual and self.on_spend is not None:
             self.on_spend(reservation.cloud, actual)
+        self._changed()
 
     def release(self, reservation: Reservation) -> None:
         """The call failed before costing anything."""
         self.settle(reservation, 0.0)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # -- what survives a restart ------------------------------------------------------------
+
+    def record(self) -> dict[str, Any]:
+        """Today's spend and what the open reservations hold, as kept in the state store."""
+        self._roll()
+        return {
+            "day": self.day.isoformat(),
+            "spent": round(self.spent, 9),
+            "reserved": round(self.reserved, 9),
+            "open_reservations": self.outstanding,
+        }
+
+    def restore(self, document: Mapping[str, Any]) -> bool:
+        """Take today's spend from what a previous run of this replica kept: its open
+        reservations count as spent. ``False`` (nothing taken) for another day or nonsense."""
+        day, usd = spend_of(document)
+        self._roll()
+        if day != self.day or usd is None:
+            return False
+        self.spent += usd
+        return True
+
+
+def spend_of(document: Mapping[str, Any]) -> tuple[datetime.date | None, float | None]:
+    """(day, USD spent and reserved) of a kept record; ``(None, None)`` for nonsense."""
+    try:
+        day = datetime.date.fromisoformat(str(document["day"]))
+        usd = float(document.get("spent") or 0.0) + float(document.get("reserved") or 0.0)
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    if not math.isfinite(usd) or usd < 0:
+        return None, None
+    return day, usd
+
+
+def kept(
+    budget: Budget,
+    store: StateStore,
+    key: str = "budget",
+    others: Callable[[str, datetime.date, float], None] | None = None,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A ``cleanup_ctx`` that reads the day back from ``store`` at start (``key``: this
+    replica's record) and writes it through from then on. ``others``: told the spend of every
+    other record kept today (``budget.<name>``: replicas gone or still there)."""
+
+    async def keep(app: web.Application) -> AsyncIterator[None]:
+        document = await store.load(key)
+        if document is not None:
+            if budget.restore(document):
+                log.info(
+                    "today's cloud spend read back from %s: %.4f USD (%.4f left)",
+                    store.where,
+                    budget.spent,
+                    budget.left(),
+                )
+            elif spend_of(document)[0] is None:
+                log.warning("ignoring the kept cloud spend in %s: not a spend record", store.where)
+        if others is not None:
+            today = budget.mine()[0]
+            for name, record in (await store.load_all("budget.")).items():
+                day, usd = spend_of(record)
+                if name != key and day == today and usd is not None:
+                    others(name.removeprefix("budget."), day, usd)
+        writer = Writer(store, key)
+        budget.on_change = lambda: writer.put(budget.record())
+        try:
+            yield
+        finally:
+            budget.on_change = None
+            await writer.close()
+
+    return keep

@@ -33,6 +33,7 @@ from router.openai.policy import (
     Snapshot,
     decide,
 )
+from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.access")
@@ -103,6 +104,7 @@ class Placer:
                         wake=rt.wakes.predicted(),
                         waking=state.waking,
                         pool_wait=_pool_wait(rt),
+                        unschedulable=_unschedulable(state),
                     )
                 )
             else:
@@ -120,7 +122,7 @@ class Placer:
         return wakes
 
     def _predicted(self, runtime: TargetRuntime) -> float:
-        return runtime.predicted_cold_start(self.policy.assumed_cold_start)
+        return runtime.predicted_cold_start()
 
     def _record(self, call: Call, decision: Decision) -> None:
         call.request[DECISION] = decision.header
@@ -176,6 +178,13 @@ def _pool_wait(runtime: TargetRuntime) -> str:
         return ""
     wait = pool.wait_if_wanted(runtime.name)
     return wait.reason if wait is not None and not wait.victim else ""
+
+
+def _unschedulable(state: TargetState) -> str:
+    """The scheduler's words while a start waits for a GPU that other work holds; else empty."""
+    if state.phase is Phase.STARTING and state.stage == "unschedulable":
+        return state.stage_message or "no node can take it now"
+    return ""
 
 
 def _rejection(decision: Decision, failure: CloudUnavailable | None) -> RequestError:

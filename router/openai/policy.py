@@ -9,6 +9,8 @@ The table (docs/openai.md has it for people):
   parked target is predicted from its learned wake time, a cold one from its cold starts);
 - local waiting for its GPU pool with nothing to displace: the wait is unknown -> the cloud when
   allowed, else ``hold``;
+- local starting but unschedulable (no GPU free in the cluster): the wait is unknown -> the
+  cloud at once when allowed (``local_unschedulable``), else ``hold`` up to its deadline;
 - otherwise the cloud when allowed (not private, affordable, configured), warming the local
   target with ``warm_on_cloud``;
 - the cloud not allowed: private -> ``reject`` 503 (the work never leaves the building), budget
@@ -68,13 +70,16 @@ class LocalOption(NamedTuple):
     """Its GPU pool is full and nothing in it may be displaced yet: what it waits for. How long
     is unknown (``ready_in`` is ``inf``; :func:`decide` tells it from a target that cannot
     start)."""
+    unschedulable: str = ""
+    """Starting, and no node can take it now (every GPU busy with other work): the scheduler's
+    words. How long is unknown (``ready_in`` is ``inf``): the cloud when allowed, else held."""
 
     def ready_in(self, now: float) -> float:
         """Predicted seconds until it can serve; ``inf`` when it cannot be started now, or when
         nobody can say (``pool_wait``)."""
         if self.servable:
             return 0.0
-        if self.held >= self.max_held or self.pool_wait:
+        if self.held >= self.max_held or self.pool_wait or self.unschedulable:
             return math.inf
         phase = self.phase
         if phase is Phase.STARTING:
@@ -191,6 +196,7 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
     startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
     soonest = min(startable, key=lambda pair: pair[0]) if startable else None
     queued = [o for o in locals_ if o.pool_wait and o.wakes and o.held < o.max_held]
+    stuck = [o for o in locals_ if o.unschedulable and o.held < o.max_held]
     budget = max(0.0, ask.max_wait - ask.waited)
     if soonest is not None and soonest[0] <= budget:
         t, opt = soonest
@@ -212,6 +218,9 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
     if affordable is not None:
         if soonest is None and queued:
             reason, detail = "pool_busy", f"{queued[0].target}: {queued[0].pool_wait}"
+        elif soonest is None and stuck:
+            reason = "local_unschedulable"
+            detail = f"{stuck[0].target} waits for a free GPU: {stuck[0].unschedulable}"
         elif soonest is None:
             reason = "local_unavailable" if locals_ else "cloud_only"
             detail = "no local target can start now" if locals_ else "the model runs only there"
@@ -234,6 +243,10 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
         opt = queued[0]
         detail = f"{opt.target}: {opt.pool_wait}; holding: {why.replace('_', ' ')}"
         return Decision(Action.HOLD, why, detail, local=opt)
+    if soonest is None and stuck:  # nobody can say when a GPU frees: held, up to its deadline
+        opt = stuck[0]
+        detail = f"{opt.target} waits for a free GPU ({opt.unschedulable}); holding: {why}"
+        return Decision(Action.HOLD, "local_unschedulable", detail.replace("_", " "), local=opt)
     if soonest is None:
         where = "no local target can start now" if locals_ else "the model has no local placement"
         if why == "budget_exhausted":

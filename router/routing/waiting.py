@@ -4,9 +4,11 @@ A browser page load to a cold target gets this page at once (503, Retry-After, n
 of a spinner that times out. It names the target, shows elapsed time, an ETA learned from the
 target's past cold starts (or, for a parked target, its past wakes: "Waking" rather than
 "Starting") and a progress bar, says what a start waits for in a full GPU pool ("waiting for the
-GPU: wan2gp is rendering"), follows the phase through ``/.warmgate/status/<target>`` and reloads
-itself when the target is ready. With JavaScript off, a meta refresh does the same. API clients
-are held, never shown this page.
+GPU: wan2gp is rendering") and the stage of the start in words ("downloading the engine image",
+"loading the model": the engine's own load progress drives the bar where it reports one; no ETA
+while no GPU in the cluster is free), follows the phase through ``/.warmgate/status/<target>``
+and reloads itself when the target is ready. With JavaScript off, a meta refresh does the same.
+API clients are held, never shown this page.
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
 PREFIX = "/.warmgate/"
-DEFAULT_ETA = 60.0
-"""Seconds to show as the ETA before a target has ever cold-started."""
+
+STAGE_WORDS = {
+    "scheduling": "finding a GPU for it",
+    "unschedulable": "waiting for a free GPU: all are busy with other work",
+    "preempting": "freeing a GPU: lower-priority work is making room",
+    "pulling": "downloading the engine image",
+    "starting": "starting the engine",
+    "loading": "loading the model",
+}
+"""What each stage of a start is, in a person's words (docs/operations.md)."""
 
 
 def _waiting_for(runtime: TargetRuntime) -> str:
@@ -43,7 +53,9 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
     waking = phase is Phase.PARKED
     moving = phase is Phase.STARTING or state.waking
     elapsed = now - state.since if moving else 0.0
-    eta = runtime.wakes.predicted() if waking else runtime.predicted_cold_start(DEFAULT_ETA)
+    eta = runtime.wakes.predicted() if waking else runtime.predicted_cold_start()
+    stage = state.stage if phase is Phase.STARTING else None
+    remaining = runtime.eta() if phase is Phase.STARTING else eta
     return {
         "target": runtime.name,
         "phase": phase.value,
@@ -52,6 +64,11 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
         "waiting_for": _waiting_for(runtime) or None,
         "elapsed": round(elapsed, 2),
         "eta": round(eta, 2),
+        "remaining": None if remaining is None else round(remaining, 2),
+        "stage": stage,
+        "stage_text": STAGE_WORDS.get(stage or ""),
+        "stage_message": state.stage_message or None if stage is not None else None,
+        "progress": None if state.progress is None else round(state.progress, 4),
         "retry_in": round(max(0.0, state.retry_at - now), 1) if phase is Phase.FAILED else None,
         "held": runtime.activity.held,
     }
@@ -74,8 +91,9 @@ small{{color:#999}}
 <h1 id="title">{verb} <b>{name}</b></h1>
 <p id="phase">{text}</p>
 <p id="pool"{pool_hidden}>{waiting_for}</p>
+<p id="stage"{stage_hidden}>{stage_text}</p>
 <div class="bar"><div class="fill" id="fill"></div></div>
-<p><span id="elapsed">{elapsed}</span> s elapsed · about <span id="eta">{eta}</span> s expected</p>
+<p><span id="elapsed">{elapsed}</span> s elapsed · <span id="expect">{expect}</span></p>
 <small>warmgate · <span id="state">{phase}</span></small>
 </main>
 <script>
@@ -86,15 +104,23 @@ small{{color:#999}}
   function show(s) {{
     var elapsed = (Date.now() - shownAt) / 1000;
     document.getElementById("elapsed").textContent = elapsed.toFixed(0);
-    document.getElementById("eta").textContent = Math.round(s.eta);
     document.getElementById("state").textContent = s.phase;
+    var stage = document.getElementById("stage");
+    stage.hidden = !s.stage_text;
+    stage.textContent = s.stage_text ? s.stage_text.charAt(0).toUpperCase() +
+      s.stage_text.slice(1) + (s.progress !== null ? " (" + Math.round(100 * s.progress) +
+      "%)" : "") + "." : "";
+    var unknown = s.phase === "starting" && s.remaining === null;
+    document.getElementById("expect").textContent = unknown ?
+      "no ETA until a GPU is free" : "about " + Math.round(s.eta) + " s expected";
     var pool = document.getElementById("pool");
     pool.hidden = !s.waiting_for;
     pool.textContent = s.waiting_for ? s.waiting_for.charAt(0).toUpperCase() +
       s.waiting_for.slice(1) + "." : "";
     document.getElementById("title").firstChild.nodeValue = s.waking ? "Waking " : "Starting ";
-    var pct = Math.min(95, 100 * elapsed / Math.max(1, s.eta));
-    document.getElementById("fill").style.width = pct.toFixed(1) + "%";
+    var pct = s.progress !== null ? 100 * s.progress :
+      Math.min(95, 100 * elapsed / Math.max(1, s.eta));
+    if (!unknown) {{ document.getElementById("fill").style.width = pct.toFixed(1) + "%"; }}
     if (s.phase === "failed") {{
       document.getElementById("phase").textContent =
         "The workload failed to start; warmgate tries again" +
@@ -123,11 +149,28 @@ _WAKING = """The GPU workload was parked: its model left the card for others, it
 It is loading the model back now (about a second); this page continues by itself."""
 
 
+def _stage_line(info: Mapping[str, object]) -> str:
+    """The stage in words, with the engine's load progress where it reports one."""
+    text = str(info["stage_text"] or "")
+    if not text:
+        return ""
+    progress = info["progress"]
+    done = f" ({100 * progress:.0f}%)" if isinstance(progress, float) else ""
+    return f"{text[:1].upper()}{text[1:]}{done}."
+
+
 def render(runtime: TargetRuntime) -> web.Response:
     info = status(runtime)
     eta = float(info["eta"])  # type: ignore[arg-type]
     elapsed = float(info["elapsed"])  # type: ignore[arg-type]
     waiting_for = str(info["waiting_for"] or "")
+    stage_text = _stage_line(info)
+    unknown = info["phase"] == "starting" and info["remaining"] is None
+    progress = info["progress"]
+    if isinstance(progress, float):
+        percent = 100 * progress
+    else:
+        percent = 0.0 if unknown else min(95.0, 100 * elapsed / max(1.0, eta))
     body = _PAGE.format(
         verb="Waking" if info["waking"] else "Starting",
         text=_WAKING if info["waking"] else _STARTING,
@@ -135,11 +178,13 @@ def render(runtime: TargetRuntime) -> web.Response:
             waiting_for[:1].upper() + waiting_for[1:] + "." if waiting_for else ""
         ),
         pool_hidden="" if waiting_for else " hidden",
+        stage_text=html.escape(stage_text),
+        stage_hidden="" if stage_text else " hidden",
+        expect="no ETA until a GPU is free" if unknown else f"about {eta:.0f} s expected",
         name=html.escape(runtime.name),
         refresh=3,
-        percent=f"{min(95.0, 100 * elapsed / max(1.0, eta)):.1f}",
+        percent=f"{percent:.1f}",
         elapsed=f"{elapsed:.0f}",
-        eta=f"{eta:.0f}",
         phase=html.escape(str(info["phase"])),
         status_json=json.dumps(info).replace("<", "\\u003c"),
     )
@@ -173,4 +218,5 @@ class WaitingPages:
         runtime = self.runtimes.get(name)
         if request.match_info.get("kind") != "status" or runtime is None:
             raise web.HTTPNotFound(text="unknown warmgate page")
+        runtime.waited()  # someone still waits: the start is not abandoned
         return web.json_response(status(runtime), headers={"Cache-Control": "no-store"})

@@ -16,6 +16,7 @@ class Activity:
         "in_flight",
         "last_frame",
         "last_request",
+        "last_wanted",
         "on_resume",
         "quiet_ends",
         "streams",
@@ -36,6 +37,10 @@ class Activity:
         self.wanted_until = float("-inf")
         """Someone asked for the target to start without holding a request (a browser on the
         waiting page, a request sent to the cloud with ``warm_on_cloud``) until this loop time."""
+        self.last_wanted = float("-inf")
+        """Loop time someone last waited for the target: a held request let go (ready, timed
+        out, or its client gone), a start asked for, the waiting page polling. A start nobody
+        waited for since ``abandon_after`` is given up."""
         self.streams: dict[object, Callable[[int, str], Awaitable[None]]] = {}
         """Open long-lived streams: key -> ``close(code, reason)``; closed at release."""
         self.on_resume: Callable[[float], None] | None = None

@@ -16,14 +16,15 @@ import dataclasses
 import logging
 import math
 
-from backends.base import Observation, parking
+from backends.base import Observation, load_progress, parking
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
 from router.scale.drain import Drain
 from router.scale.fencing import Fencing
 from router.scale.keda_mode import decide_keda, keda_owns_replicas
 from router.scale.parking import Parking
-from router.scale.scaling import Act, Step, View, decide
+from router.scale.scaling import Act, Step, View, decide, stage_now
+from router.scale.starts import StageClock
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.scale.transitions import Transitions
@@ -43,6 +44,9 @@ class Lifecycle:
         self.keda = keda_owns_replicas(runtime.backend)
         """KEDA owns the replicas (``mode: keda``): never scale, only wait (docs/keda.md)."""
         self.phases = Transitions(runtime)
+        self.starts = StageClock(runtime)
+        self._began: float | None = None
+        """``since`` of the start this replica began itself (an adopted one is not)."""
         self.accounting = Accounting(runtime)
         self.fencing = Fencing(runtime, self.phases)
         self.drain = Drain(runtime, self.phases, self.accounting, self.fencing, others)
@@ -58,6 +62,7 @@ class Lifecycle:
 
     async def open(self) -> None:
         await self.rt.backend.open(self._observed)
+        await self.rt.restore_learned()  # after open: a backend's own store reads its objects
         if self.rt.backend.always_on:
             self.phases.publish(
                 self.rt.state.with_phase(Phase.READY, self.now, endpoints=self._obs.endpoints)
@@ -73,6 +78,7 @@ class Lifecycle:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.rt.close_learned()
         await self.rt.backend.close()
         await self.rt.engine.close()
 
@@ -136,6 +142,8 @@ class Lifecycle:
             may_release=may_release,
             release_not_before=self.fencing.release_not_before,
             fenced_until=self.fencing.fenced_until,
+            last_wanted=rt.activity.last_wanted,
+            abandonable=self.others is None and rt.state.since == self._began,
             idle_after=rt.idle_after(),
             kept_warm=kept_warm,
             can_park=parking(rt.engine) is not None,
@@ -185,6 +193,7 @@ class Lifecycle:
         if step.act is Act.START:
             self.adopted = False
             phases.starting(step.reason, endpoints=(), waiting_for="")
+            self._began = rt.state.since
             rt.metrics.cold_starts.labels(rt.name).inc()
             if not self.keda:  # KEDA adds the replica: the held request made the scaler say active
                 await rt.backend.scale_up()
@@ -204,6 +213,10 @@ class Lifecycle:
         elif step.act is Act.ADOPT:
             self.adopted = True
             phases.starting(step.reason)
+        elif step.act is Act.STAGE:
+            self.starts.publish(*stage_now(self.view()))
+        elif step.act is Act.ABANDON:
+            await self._abandon(step.reason)
         elif step.act is Act.REFRESH:
             phases.refresh()
         elif step.act is Act.RESUME:
@@ -220,6 +233,16 @@ class Lifecycle:
             await self.parking.stop_instead(step.reason)
         elif step.act is Act.QUEUE:
             await self._queue(step)
+
+    async def _abandon(self, reason: str) -> None:
+        """A start nobody waits for any more: stopped (a pod left Pending must not take a GPU
+        later with nobody there); the next request starts it again."""
+        rt = self.rt
+        log.warning("%s: start abandoned (%s)", rt.name, reason)
+        rt.activity.wanted_until = float("-inf")
+        if not self.keda:  # KEDA scales it down once the scaler says inactive
+            await rt.backend.scale_down()
+        self.phases.cold(f"start abandoned: {reason}")
 
     async def _queue(self, step: Step) -> None:
         """A start or wake waits for room in the target's GPU pool: say what for, and look
@@ -247,6 +270,7 @@ class Lifecycle:
             return
         ready = await rt.engine.probe_ready(endpoint)
         if not (ready and rt.state.phase is Phase.STARTING and self._obs.endpoints):
+            self.starts.progressed(load_progress(rt.engine, endpoint))
             self.phases.next_probe = self.now + rt.spec.readiness.interval
             return
         engine = parking(rt.engine) if self.adopted else None
@@ -256,7 +280,8 @@ class Lifecycle:
             return
         began = rt.state.since
         rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)
-        rt.record_cold_start(self.now - began)
+        stages = self.starts.so_far()  # the time no GPU was free is not what a start takes
+        rt.record_cold_start(self.now - began - self.starts.waited_for_gpu(), stages or None)
         rt.activity.wanted_until = float("-inf")
         rt.activity.last_request = self.now  # a fresh start gets a full idle window
         self.accounting.restart()

@@ -9,7 +9,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from backends.base import Observation
+from backends.base import Observation, Stage
 from router.config import Scaling
 from router.scale.pools import How, Wait
 from router.scale.state import Phase, TargetState
@@ -34,6 +34,11 @@ class Act(enum.Enum):
     REFRESH = "refresh"
     """Ready, and the backend's ready endpoints changed (a pod went or came): republish them;
     none left -> starting, waiting for a replacement."""
+    STAGE = "stage"
+    """Starting, and the start moved on (waiting for a GPU, pulling, loading, ...): publish
+    the stage, its message and the load progress."""
+    ABANDON = "abandon"
+    """Starting, and nobody waits for it any more (``abandon_after``): stopped; phase -> cold."""
     RESUME = "resume"
     """Draining for a release another replica (the leader) announced, which did not come in
     time: phase -> ready, serving again."""
@@ -72,6 +77,12 @@ class View:
     fenced_until: float = -math.inf
     """Draining for a release the leader announced: serving again at this loop time if the
     workload is still running then."""
+    last_wanted: float = -math.inf
+    """Loop time someone last waited for the target (a hold ended, the waiting page asked):
+    a start nobody waited for since ``abandon_after`` is abandoned."""
+    abandonable: bool = False
+    """A start this replica began itself, and no other replica may be served by it: given up
+    when nobody waits for it any more (an adopted start, or one with other replicas, is not)."""
     idle_after: float | None = None
     """Seconds idle before a release, as in force now (``idle_after: auto``: as learned);
     ``None``: the config's fixed value."""
@@ -152,16 +163,7 @@ def decide(v: View) -> Step:
         return release
 
     if phase is Phase.STARTING:
-        if obs.crashed or obs.failure:
-            return Step(Act.FAIL, reason=obs.failure or "the workload exited while starting")
-        deadline = state.since + v.scaling.cold_start_timeout
-        if now >= deadline:
-            limit = v.scaling.cold_start_timeout
-            return Step(Act.FAIL, reason=f"not ready after {limit:g}s")
-        if obs.endpoints and now >= v.next_probe:
-            return Step(Act.PROBE)
-        until = min(deadline, v.next_probe) if obs.endpoints else deadline
-        return Step(Act.WAIT, until=until)
+        return _starting(v, now)
 
     if phase is Phase.READY or phase is Phase.DRAINING:
         if obs.crashed or not obs.running:
@@ -252,3 +254,46 @@ def _idle_release(v: View, now: float, why: str) -> Step:
     if not v.may_release:
         return Step(Act.WAIT)
     return Step(Act.DRAIN, reason=f"{why}idle for {now - v.idle_since:.0f}s")
+
+
+def stage_now(v: View) -> tuple[Stage | None, str, float | None]:
+    """The stage a start is in, its message and the load progress: the backend's word; past
+    its stages (or with endpoints to probe) and not ready yet: ``loading``, with the progress
+    the engine (or the backend) reported."""
+    obs, state = v.observation, v.state
+    stage = obs.stage
+    if stage is None and (obs.endpoints or state.stage is not None):
+        stage = "loading"
+    progress = obs.progress if obs.progress is not None else state.progress
+    return stage, obs.stage_message, progress if stage == "loading" else None
+
+
+def abandon_at(v: View) -> float:
+    """Loop time a start nobody waits for is given up: ``abandon_after`` after the later of
+    its beginning, the last activity and the last wait; never while a request is held or in
+    flight, in a ``keep_warm`` window, or for a start this replica alone did not begin."""
+    after = v.scaling.abandon_after
+    if not v.abandonable or after <= 0 or v.held > 0 or v.in_flight > 0 or v.kept_warm:
+        return math.inf
+    if v.idle_since is None:
+        return math.inf
+    return max(v.state.since, v.idle_since, v.last_wanted) + after
+
+
+def _starting(v: View, now: float) -> Step:
+    state, obs = v.state, v.observation
+    if obs.crashed or obs.failure:
+        return Step(Act.FAIL, reason=obs.failure or "the workload exited while starting")
+    deadline = state.since + v.scaling.cold_start_timeout
+    if now >= deadline:
+        limit = v.scaling.cold_start_timeout
+        return Step(Act.FAIL, reason=f"not ready after {limit:g}s")
+    give_up = abandon_at(v)
+    if now >= give_up:
+        return Step(Act.ABANDON, reason=f"nobody waited for it for {v.scaling.abandon_after:g}s")
+    if obs.endpoints and now >= v.next_probe:
+        return Step(Act.PROBE)
+    if stage_now(v) != (state.stage, state.stage_message, state.progress):
+        return Step(Act.STAGE, reason=obs.stage_message)
+    until = min(deadline, give_up, v.next_probe if obs.endpoints else math.inf)
+    return Step(Act.WAIT, until=until)

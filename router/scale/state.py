@@ -12,6 +12,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from backends.base import Stage
+
 
 class Phase(enum.Enum):
     COLD = "cold"
@@ -33,6 +35,15 @@ class TargetState:
     """Base URLs to forward to; non-empty only when ``ready`` (or ``draining`` before the stop)."""
     reason: str = ""
     """Why the phase is what it is (for logs, the admin page and the waiting page)."""
+    stage: Stage | None = None
+    """In ``starting``: where the start is (``scheduling``, ``unschedulable``, ``preempting``,
+    ``pulling``, ``starting``, ``loading``); ``None`` where the backend cannot tell."""
+    stage_message: str = ""
+    """The stage in the cluster's own words (the scheduler's, while ``unschedulable``)."""
+    stage_since: float = 0.0
+    """Loop time the stage began."""
+    progress: float | None = None
+    """While ``loading``: the engine's own load progress (0..1), where it reports one."""
     failures: int = 0
     """Consecutive failed cold starts; reset by a successful one."""
     retry_at: float = 0.0
@@ -55,6 +66,8 @@ class TargetState:
         return self.phase in (Phase.STARTING, Phase.READY, Phase.DRAINING)
 
     def with_phase(self, phase: Phase, now: float, **changes: object) -> TargetState:
+        if phase is not Phase.STARTING:  # a stage belongs to one start
+            changes = {"stage": None, "stage_message": "", "progress": None, **changes}
         return dataclasses.replace(self, phase=phase, since=now, **changes)  # type: ignore[arg-type]
 
 

@@ -7,20 +7,27 @@ activity to it; the target's lifecycle owns every phase change.
 from __future__ import annotations
 
 import asyncio
-import statistics
+import logging
 from collections import deque
 from collections.abc import Callable
 
-from backends.base import Backend, Engine, RequestFacts
+from backends.base import Backend, Engine, RequestFacts, StateStore
 from router.config import Economics, Target
 from router.errors import NoEndpoint, TargetAsleep
 from router.metrics import Metrics
 from router.scale.activity import Activity
+from router.scale.eta import ColdStarts
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.idling import IdleRule
+from router.scale.persist import Writer
 from router.scale.pools import Seats
 from router.scale.state import Phase, StateCell, TargetState
 from router.scale.wakes import Wakes
+
+log = logging.getLogger("warmgate.lifecycle")
+
+LEARNED = "cold-start"
+"""The key the learned cold-start figures are kept under (``router.scale.persist``)."""
 
 
 def _servable(state: TargetState) -> bool:
@@ -40,7 +47,11 @@ class TargetRuntime:
         metrics: Metrics,
         loop: asyncio.AbstractEventLoop,
         economics: Economics | None = None,
+        *,
+        assumed_cold_start: float = 30.0,
     ) -> None:
+        """``assumed_cold_start``: the ETA of a target never started, where its config names
+        no ``scaling.expected_cold_start`` (``policy.assumed_cold_start``)."""
         self.name = name
         self.spec = spec
         self.backend = backend
@@ -73,9 +84,12 @@ class TargetRuntime:
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
-        self.cold_start_history: deque[float] = deque(maxlen=20)
-        """Seconds from scale-up to ready of the recent cold starts, newest last."""
-        self._predicted_cold_start = 0.0
+        expected = spec.scaling.expected_cold_start
+        self.cold_starts = ColdStarts(assumed_cold_start if expected is None else expected)
+        """What the recent cold starts took (whole and per stage): the ETA of the next one."""
+        self.store: StateStore | None = None
+        """Where what is learned survives a restart (set by the wiring; ``None``: forgotten)."""
+        self._kept: Writer | None = None
         self.m_in_flight = metrics.in_flight.labels(name)
         self.m_held = metrics.held_requests.labels(name)
         self.m_hold_seconds = metrics.hold_seconds.labels(name)
@@ -139,19 +153,70 @@ class TargetRuntime:
         if now >= self.activity.wanted_until:
             self._resumed(now)
         self.activity.wanted_until = max(self.activity.wanted_until, until)
+        self.activity.last_wanted = now
         self.wake.set()
 
-    def record_cold_start(self, seconds: float) -> None:
-        """Learn from one cold start: the prediction is the median of the recent ones, nudged up
-        by their spread, never less than the last (computed here once, read per request)."""
-        self.cold_start_history.append(seconds)
-        history = list(self.cold_start_history)
-        spread = statistics.pstdev(history) if len(history) > 1 else 0.0
-        self._predicted_cold_start = max(history[-1], statistics.median(history) + spread)
+    @property
+    def cold_start_history(self) -> deque[float]:
+        """Seconds from scale-up to ready of the recent cold starts, newest last."""
+        return self.cold_starts.history
 
-    def predicted_cold_start(self, default: float = 30.0) -> float:
-        """Expected seconds from scale-up to ready; ``default`` before the first cold start."""
-        return self._predicted_cold_start if self.cold_start_history else default
+    def record_cold_start(self, seconds: float, stages: dict[str, float] | None = None) -> None:
+        """Learn from one cold start (and its time per stage, where the backend told), and
+        keep what was learned (``store``)."""
+        self.cold_starts.record(seconds, stages)
+        if self._kept is not None:
+            self._kept.put(self.cold_starts.to_json())
+
+    def predicted_cold_start(self, default: float | None = None) -> float:
+        """Expected seconds from scale-up to ready: learned from the recent cold starts, else
+        ``scaling.expected_cold_start`` (or ``policy.assumed_cold_start``): one figure for the
+        waiting page and the policy alike. ``default`` is no longer read (it was the figure
+        before any start, which the config now says)."""
+        return self.cold_starts.predicted()
+
+    def eta(self) -> float | None:
+        """Expected seconds until ready, now: the whole prediction when not starting; while
+        starting, what is left of it (per stage where stages were learned); ``None`` while no
+        GPU is free for it (nobody can tell)."""
+        state, now = self.cell.current, self.loop.time()
+        if state.phase is not Phase.STARTING:
+            return self.predicted_cold_start()
+        in_stage = now - state.stage_since if state.stage is not None else 0.0
+        return self.cold_starts.remaining(state.stage, in_stage, now - state.since)
+
+    async def restore_learned(self) -> None:
+        """Read back what was learned before a restart (a bad document: a warning, ignored),
+        and write through from now on."""
+        if self.store is None:
+            return
+        document = await self.store.load(LEARNED)
+        if document is not None:
+            if self.cold_starts.restore(document):
+                log.info(
+                    "%s: %d cold starts remembered from %s (ETA %.1fs)",
+                    self.name,
+                    len(self.cold_starts.history),
+                    self.store.where,
+                    self.predicted_cold_start(),
+                )
+            else:
+                log.warning(
+                    "%s: ignoring cold starts in %s: unknown form", self.name, self.store.where
+                )
+        self._kept = Writer(self.store, LEARNED)
+        await self.idling.restore(self.store)  # idle_after: auto's histogram, beside them
+
+    async def close_learned(self) -> None:
+        """The last learned figures are written (bounded), nothing after."""
+        if self._kept is not None:
+            await self._kept.close()
+        await self.idling.close()
+
+    def waited(self) -> None:
+        """Someone shows they still wait for this target (the waiting page polls): a start
+        is not abandoned for ``abandon_after`` from now."""
+        self.activity.last_wanted = self.loop.time()
 
     def may_wake(self, facts: RequestFacts) -> bool:
         return self.engine.wakes(facts)
@@ -211,6 +276,8 @@ class TargetRuntime:
             raise
         finally:
             self.activity.held -= 1
+            self.activity.last_wanted = self.loop.time()
+            self.wake.set()  # one fewer waits: a start nobody waits for is given up in time
             self.m_held.dec()
             self.m_hold_seconds.observe(self.loop.time() - now)
             self.metrics.hold_outcomes.labels(self.name, outcome).inc()
