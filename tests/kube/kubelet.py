@@ -13,7 +13,9 @@ Image pulls are simulated with real statuses (podstatus.py): a ``warmgate.test/p
 annotation keeps the pod ``ContainerCreating`` that long; an image named ``warmgate.test/bad:...``
 ends in ``ErrImagePull`` then ``ImagePullBackOff``. A process that exits is restarted, as
 ``restartPolicy: Always`` says, and from its second exit waits in ``CrashLoopBackOff`` between
-restarts; with ``restartPolicy: Never`` the pod is ``Failed``.
+restarts; with ``restartPolicy: Never`` the pod is ``Failed``. A process killed by a signal from
+outside (a test killing "the pod") fails its pod, as the loss of its node would: the ReplicaSet
+replaces it with a new one.
 
 With ``bind=True`` (a cluster without kube-scheduler) the kubelet binds Pending pods itself.
 """
@@ -290,6 +292,10 @@ class TestKubelet:
             code = await self._run_container(w, probe, c)
             if code is None or w.stopping:
                 return  # it could not be started (the pod failed), or it is being stopped
+            if code < 0:  # killed by a signal from outside: the pod is lost, as with its node
+                w.failed = True
+                await self._report(w, "Failed", False, terminated(128 - code), retry=True)
+                return
             if policy == "Never" or (policy == "OnFailure" and code == 0):
                 w.failed = True
                 phase = "Failed" if code else "Succeeded"
