@@ -39,6 +39,7 @@ SECTION_MODULES = (
     "loadtests.bench_proxy",
     "loadtests.bench_held",
     "loadtests.bench_coldstart",
+    "loadtests.bench_park",
     "loadtests.bench_policy",
     "loadtests.bench_simulate",
 )

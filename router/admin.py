@@ -53,6 +53,7 @@ async def targets(request: web.Request) -> web.Response:
             # idle_after in force (learned for auto), what it was learned from, keep_warm
             **runtime.idling.describe(runtime.predicted_cold_start()),
             # the parked tier and the GPU pool (docs/pools.md)
+            "parking": state.parking,
             "waking": state.waking,
             "waiting_for": state.waiting_for or None,
             "pool": runtime.pool.name if runtime.pool is not None else None,

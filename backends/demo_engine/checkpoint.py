@@ -5,10 +5,11 @@ so every engine on a machine shares one file and a second start skips the write.
 the whole file in chunks on a worker thread and keeps it in a bytearray, or streams it into a
 uint8 tensor on the GPU. Both are cancellable between chunks.
 
-Parking (ComfyUI's ``POST /free``) drops the weights from the device: on CUDA they are copied
-to pinned host memory first and the GPU memory is given back to the driver, so the reload on
-the next render is one host-to-device copy; on the CPU they are dropped and read again from
-the page cache.
+Parking (ComfyUI's ``POST /free``) takes the weights off the device into host memory, as
+ComfyUI offloads its models: on CUDA they are copied to pinned host memory and the GPU memory is
+given back to the driver, so the reload on the next render is one host-to-device copy; on the
+CPU (which has no device memory of its own to free) the resident copy is dropped and the reload
+copies the host copy back.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class LoadState(enum.Enum):
     FAILED = "failed"
     PARKED = "parked"
     """Freed by ``POST /free``: loaded again by the next render (the engine stays ready)."""
+    RELOADING = "reloading"
+    """Parked, and the checkpoint on its way back for a render (the engine stays ready)."""
 
 
 class Model(Protocol):
@@ -122,6 +125,18 @@ def offload_to_host(gpu: Any, torch: Any) -> Any:
     return host
 
 
+def copy_in_chunks(source: bytearray, chunk_size: int, cancel: threading.Event) -> bytearray:
+    """A copy of ``source``, a chunk at a time (the engine's loop runs between chunks)."""
+    data = bytearray(len(source))
+    view, src = memoryview(data), memoryview(source)
+    for offset in range(0, len(source), chunk_size):
+        _check(cancel)
+        view[offset : offset + chunk_size] = src[offset : offset + chunk_size]
+    view.release()
+    src.release()
+    return data
+
+
 def reload_to_cuda(host: Any, torch: Any) -> Any:
     """The pinned host copy back on the GPU, in one copy."""
     gpu = torch.empty(host.numel(), dtype=torch.uint8, device="cuda")
@@ -165,7 +180,7 @@ class Checkpoint:
         self._host: bytearray | None = None
         self._gpu: Any = None
         self._offloaded: Any = None
-        """While parked on CUDA: the weights in pinned host memory."""
+        """While parked: the weights in host memory (pinned, on CUDA)."""
         self.error: str | None = None
         self.load_seconds: float | None = None
 
@@ -176,7 +191,8 @@ class Checkpoint:
     def start(self) -> None:
         """Begin loading in the background if nothing has started it yet (or it was parked)."""
         if self._task is None or self._state in (LoadState.FAILED, LoadState.PARKED):
-            self._state = LoadState.LOADING
+            parked = self._state is LoadState.PARKED
+            self._state = LoadState.RELOADING if parked else LoadState.LOADING
             self._cancel = threading.Event()
             self.error = None
             self._task = asyncio.get_running_loop().create_task(
@@ -216,6 +232,8 @@ class Checkpoint:
         """Runs on a worker thread: create the file if needed, then read it all in (after a
         park on CUDA: copy the pinned host copy back)."""
         offloaded, self._offloaded = self._offloaded, None
+        if offloaded is not None and self._torch is None:
+            return copy_in_chunks(offloaded, self._chunk_size, cancel), None
         if offloaded is not None:
             return None, reload_to_cuda(offloaded, self._torch)
         if create_file(self.path, self.size, self._chunk_size, cancel):
@@ -249,13 +267,15 @@ class Checkpoint:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
         self._task = None
-        gpu, self._gpu, self._host = self._gpu, None, None
+        gpu, self._gpu, self._host, host = self._gpu, None, None, self._host
         if gpu is not None and self._torch is not None:
             self._offloaded = await asyncio.to_thread(self._offload, gpu)
             del gpu
             self._torch.cuda.empty_cache()
+        elif host is not None:
+            self._offloaded = host
         self._state = LoadState.PARKED
-        kept = "kept in pinned host memory" if self._offloaded is not None else "dropped"
+        kept = "kept in host memory" if self._offloaded is not None else "dropped"
         log.info("checkpoint parked (%s); the next render loads it again", kept)
 
     def _offload(self, gpu: Any) -> Any:

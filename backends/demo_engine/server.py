@@ -44,8 +44,8 @@ async def readyz(request: web.Request) -> web.Response:
     model = request.app[MODEL]
     if model.state is LoadState.LOADED:
         return web.json_response({"status": "ready"})
-    if model.state is LoadState.PARKED:
-        return web.json_response({"status": "ready", "checkpoint": "parked"})
+    if model.state in (LoadState.PARKED, LoadState.RELOADING):
+        return web.json_response({"status": "ready", "checkpoint": model.state.value})
     body: dict[str, Any] = {"status": "loading", "checkpoint": model.state.value}
     if model.error:
         body["error"] = model.error
