@@ -219,10 +219,18 @@ def test_the_role_is_least_privilege() -> None:
     }
     scaler = find(objects, "Role", "warmgate-scaler")
     assert scaler["metadata"]["namespace"] == "render"
+    render = sorted(
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["namespace"] == "render"
+    )
     assert role_rules(scaler) == {
         ("apps", "deployments", ()): ["get", "list", "watch"],
+        # the learned cold-start annotation, on the render Deployments by name only
+        ("apps", "deployments", tuple(render)): ["patch"],
         ("apps", "deployments/scale", ()): ["get", "patch"],
         ("discovery.k8s.io", "endpointslices", ()): ["get", "list", "watch"],
+        ("", "pods", ()): ["get", "list", "watch"],  # the stage of a start; never changed
         ("autoscaling", "horizontalpodautoscalers", ()): ["list"],
         ("keda.sh", "scaledobjects", ()): ["list"],
     }
@@ -234,6 +242,9 @@ def test_the_role_is_least_privilege() -> None:
         ("discovery.k8s.io", "endpointslices", ()): ["get", "list", "watch"],
         ("coordination.k8s.io", "leases", ()): ["create"],
         ("coordination.k8s.io", "leases", ("warmgate-leader",)): ["get", "update"],
+        # the day's cloud spend, written through so a restart does not start it at zero
+        ("", "configmaps", ()): ["create"],
+        ("", "configmaps", ("warmgate-state",)): ["get", "patch"],
     }
     for binding in (o for o in objects if o["kind"] == "RoleBinding"):
         assert binding["subjects"] == [
@@ -277,6 +288,24 @@ def test_render_deployments_run_as_a_lab_runs_them(name: str) -> None:
     (request,) = template["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
     assert request["exactly"]["count"] == 1
+
+
+def test_render_uis_preempt_batch_work_for_a_gpu() -> None:
+    objects = build("base")
+    classes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PriorityClass"}
+    assert set(classes) == {"warmgate-interactive", "batch"}
+    interactive, batch = classes["warmgate-interactive"], classes["batch"]
+    assert interactive["value"] > batch["value"] > 0, "interactive preempts batch; batch > none"
+    assert interactive["preemptionPolicy"] == "PreemptLowerPriority"
+    assert batch["preemptionPolicy"] == "Never", "batch waits its turn, it evicts nothing"
+    assert not interactive.get("globalDefault") and not batch.get("globalDefault")
+    assert "namespace" not in interactive["metadata"]  # cluster-scoped
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        if deployment["metadata"]["namespace"] == "render":
+            assert pod["priorityClassName"] == "warmgate-interactive"
+        else:  # the router itself competes for no GPU
+            assert "priorityClassName" not in pod
 
 
 def test_tensor_parallel_asks_for_a_coherent_set_of_four() -> None:

@@ -1,6 +1,6 @@
-"""deploy/'s core objects applied with kubectl to the real test API server (v1.20.2). Kinds it
-does not know (DRA's ResourceClaimTemplate, Gateway API, Flux) and the pod fields that refer to
-DRA claims are left out here, and the PodDisruptionBudget goes in as policy/v1beta1 (policy/v1
+"""deploy/'s core objects (the PriorityClasses included) applied with kubectl to the real test
+API server (v1.20.2). Kinds it does not know (DRA's ResourceClaimTemplate, Gateway API, Flux)
+and the pod fields that refer to DRA claims are left out here, and the PodDisruptionBudget goes in as policy/v1beta1 (policy/v1
 came with 1.21, same fields); tests/test_deploy.py validates all of them offline against a
 current schema. Then warmgate's ServiceAccount does, with its own token, what several replicas
 do in namespace warmgate: take and renew the leader Lease, list the peers' EndpointSlices."""
@@ -155,6 +155,7 @@ async def test_the_core_objects_apply_to_a_real_api_server(
         "PersistentVolume",
         "PersistentVolumeClaim",
         "Deployment",
+        "PriorityClass",
     }
     k = Kubectl(kube_cluster)
     manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
@@ -182,8 +183,16 @@ async def test_the_core_objects_apply_to_a_real_api_server(
             ("list", ["leases.coordination.k8s.io", "-n", "warmgate"], "no"),
             ("watch", ["endpointslices.discovery.k8s.io", "-n", "warmgate"], "yes"),
             ("list", ["pods", "-n", "warmgate"], "no"),
-            ("patch", ["deployments", "-n", "render"], "no"),  # the Deployment itself: no
-            ("list", ["pods", "-n", "render"], "no"),
+            # the render Deployments by name only, for the learned cold-start annotation
+            ("patch", ["deployments/comfyui", "-n", "render"], "yes"),
+            ("patch", ["deployments/other", "-n", "render"], "no"),
+            ("patch", ["deployments", "-n", "render"], "no"),
+            ("watch", ["pods", "-n", "render"], "yes"),  # the stage of a start
+            ("patch", ["pods", "-n", "render"], "no"),
+            ("create", ["configmaps", "-n", "warmgate"], "yes"),  # the day's spend, kept
+            ("patch", ["configmaps/warmgate-state", "-n", "warmgate"], "yes"),
+            ("patch", ["configmaps/other", "-n", "warmgate"], "no"),
+            ("list", ["configmaps", "-n", "warmgate"], "no"),
             ("list", ["deployments", "-n", "default"], "no"),
             ("list", ["secrets", "-n", "warmgate"], "no"),
         ]:
