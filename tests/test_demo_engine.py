@@ -76,6 +76,7 @@ class GatedModel:
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.error: str | None = None
+        self.progress: float | None = None
         self._state = LoadState.UNLOADED
         self._task: asyncio.Task[None] | None = None
 

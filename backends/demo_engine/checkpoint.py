@@ -22,6 +22,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +53,11 @@ class Model(Protocol):
     @property
     def error(self) -> str | None: ...
 
+    @property
+    def progress(self) -> float | None:
+        """How far a load in progress is (0..1); ``None`` when none is."""
+        ...
+
     def start(self) -> None: ...
 
     async def ensure_loaded(self) -> None: ...
@@ -79,8 +85,15 @@ def _check(cancel: threading.Event) -> None:
         raise _Cancelled
 
 
-def create_file(path: Path, size: int, chunk_size: int, cancel: threading.Event) -> bool:
-    """Make sure `path` holds `size` deterministic bytes; return True if it was (re)written."""
+def create_file(
+    path: Path,
+    size: int,
+    chunk_size: int,
+    cancel: threading.Event,
+    done: Callable[[int], None] | None = None,
+) -> bool:
+    """Make sure `path` holds `size` deterministic bytes; return True if it was (re)written.
+    ``done`` is told the bytes of each chunk written."""
     with contextlib.suppress(FileNotFoundError):
         if path.stat().st_size == size:
             return False
@@ -95,6 +108,8 @@ def create_file(path: Path, size: int, chunk_size: int, cancel: threading.Event)
                 n = min(chunk_size, size - written)
                 out.write(rng.randbytes(n))
                 written += n
+                if done is not None:
+                    done(n)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -102,8 +117,14 @@ def create_file(path: Path, size: int, chunk_size: int, cancel: threading.Event)
     return True
 
 
-def read_to_host(path: Path, size: int, chunk_size: int, cancel: threading.Event) -> bytearray:
-    """Read the whole file into one bytearray, chunk by chunk."""
+def read_to_host(
+    path: Path,
+    size: int,
+    chunk_size: int,
+    cancel: threading.Event,
+    done: Callable[[int], None] | None = None,
+) -> bytearray:
+    """Read the whole file into one bytearray, chunk by chunk (``done``: told each chunk)."""
     data = bytearray(size)
     view = memoryview(data)
     with path.open("rb", buffering=0) as src:
@@ -114,6 +135,8 @@ def read_to_host(path: Path, size: int, chunk_size: int, cancel: threading.Event
             if not n:
                 raise CheckpointError(f"{path}: file ended at byte {offset} of {size}")
             offset += n
+            if done is not None:
+                done(n)
     view.release()
     return data
 
@@ -146,7 +169,12 @@ def reload_to_cuda(host: Any, torch: Any) -> Any:
 
 
 def read_to_cuda(
-    path: Path, size: int, chunk_size: int, cancel: threading.Event, torch: Any
+    path: Path,
+    size: int,
+    chunk_size: int,
+    cancel: threading.Event,
+    torch: Any,
+    done: Callable[[int], None] | None = None,
 ) -> Any:
     """Stream the file into a uint8 CUDA tensor through one reused host buffer."""
     gpu = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -161,6 +189,8 @@ def read_to_cuda(
                 raise CheckpointError(f"{path}: file ended at byte {offset} of {size}")
             gpu[offset : offset + n].copy_(host[:n])
             offset += n
+            if done is not None:
+                done(n)
     torch.cuda.synchronize()
     return gpu
 
@@ -168,11 +198,24 @@ def read_to_cuda(
 class Checkpoint:
     """One model's weights: loaded at most once, shared by every render."""
 
-    def __init__(self, path: Path, size: int, *, chunk_size: int, torch: Any | None = None):
+    def __init__(
+        self,
+        path: Path,
+        size: int,
+        *,
+        chunk_size: int,
+        torch: Any | None = None,
+        load_seconds: float = 0.0,
+    ):
         self.path = path
         self.size = size
         self._chunk_size = chunk_size
         self._torch = torch
+        self._pace = load_seconds
+        """A load is paced to take at least this long (a demo of a slow disk or a big model)."""
+        self._loaded = 0
+        self._to_load = size
+        self._load_began = 0.0
         self._cancel = threading.Event()
         """Set to stop the worker thread of the current load between two chunks."""
         self._task: asyncio.Task[None] | None = None
@@ -187,6 +230,22 @@ class Checkpoint:
     @property
     def state(self) -> LoadState:
         return self._state
+
+    @property
+    def progress(self) -> float | None:
+        """How far the load in progress is (0..1); ``None`` when none is."""
+        if self._state is not LoadState.LOADING:
+            return None
+        return min(1.0, self._loaded / max(1, self._to_load))
+
+    def _done(self, n: int) -> None:
+        """On the worker thread, after each chunk: count it; slow down to the pace."""
+        self._loaded += n
+        if self._pace > 0:
+            due = self._load_began + self._pace * self._loaded / max(1, self._to_load)
+            ahead = due - time.monotonic()
+            if ahead > 0:
+                self._cancel.wait(ahead)
 
     def start(self) -> None:
         """Begin loading in the background if nothing has started it yet (or it was parked)."""
@@ -236,11 +295,14 @@ class Checkpoint:
             return copy_in_chunks(offloaded, self._chunk_size, cancel), None
         if offloaded is not None:
             return None, reload_to_cuda(offloaded, self._torch)
-        if create_file(self.path, self.size, self._chunk_size, cancel):
+        exists = self.path.is_file() and self.path.stat().st_size == self.size
+        self._loaded, self._to_load = 0, self.size if exists else 2 * self.size
+        self._load_began = time.monotonic()
+        if create_file(self.path, self.size, self._chunk_size, cancel, self._done):
             log.info("created checkpoint file %s", self.path)
         if self._torch is None:
-            return read_to_host(self.path, self.size, self._chunk_size, cancel), None
-        gpu = read_to_cuda(self.path, self.size, self._chunk_size, cancel, self._torch)
+            return read_to_host(self.path, self.size, self._chunk_size, cancel, self._done), None
+        gpu = read_to_cuda(self.path, self.size, self._chunk_size, cancel, self._torch, self._done)
         return None, gpu
 
     def sample(self, offset: int, length: int) -> bytes:

@@ -66,6 +66,9 @@ class EngineConfig:
     """How many rendered PNGs stay viewable through /view; older ones are forgotten."""
     history_limit: int = 1000
     """How many finished prompts /history remembers."""
+    load_seconds: float = 0.0
+    """The checkpoint load is paced to take at least this long (0: as fast as the disk reads):
+    a demo of a large model, and of the load progress /readyz reports meanwhile."""
 
 
 def parse_size(text: str) -> int:
@@ -109,13 +112,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m backends.demo_engine",
         description="warmgate's embedded demo render engine (a ComfyUI-compatible subset).",
         epilog="Environment fallbacks: EAGER_LOAD_MODEL (1: load at start, 0: on first prompt), "
-        "DEMO_CHECKPOINT_SIZE, DEMO_RENDER_SECONDS, XDG_CACHE_HOME.",
+        "DEMO_CHECKPOINT_SIZE, DEMO_RENDER_SECONDS, DEMO_LOAD_SECONDS, XDG_CACHE_HOME.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8188, help="TCP port (default 8188)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file path")
     parser.add_argument("--checkpoint-size", default=None, help="checkpoint size (default 256MiB)")
     parser.add_argument("--render-seconds", default=None, help="seconds per render (default 2.0)")
+    parser.add_argument(
+        "--load-seconds", default=None, help="load the checkpoint in at least this long (default 0)"
+    )
     parser.add_argument("--steps", type=int, default=10, help="default progress steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     return parser
@@ -131,6 +137,16 @@ def _render_seconds(text: str) -> float:
     return value
 
 
+def _load_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"load seconds {text!r}: expected a number") from None
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"load seconds {text!r}: expected 0..3600")
+    return value
+
+
 def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> EngineConfig:
     """Build the config from flags, falling back to `env`; exits with status 2 on bad input."""
     parser = _parser()
@@ -138,6 +154,7 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> EngineCo
     try:
         size = parse_size(args.checkpoint_size or env.get("DEMO_CHECKPOINT_SIZE") or "256MiB")
         seconds = _render_seconds(args.render_seconds or env.get("DEMO_RENDER_SECONDS") or "2.0")
+        load = _load_seconds(args.load_seconds or env.get("DEMO_LOAD_SECONDS") or "0")
         eager = parse_bool("EAGER_LOAD_MODEL", env.get("EAGER_LOAD_MODEL", "1"))
         if not 0 <= args.port <= 65535:
             raise ConfigError(f"--port {args.port}: expected 0..65535")
@@ -155,4 +172,5 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> EngineCo
         steps=args.steps,
         device=args.device,
         eager_load=eager,
+        load_seconds=load,
     )

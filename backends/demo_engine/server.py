@@ -47,6 +47,8 @@ async def readyz(request: web.Request) -> web.Response:
     if model.state in (LoadState.PARKED, LoadState.RELOADING):
         return web.json_response({"status": "ready", "checkpoint": model.state.value})
     body: dict[str, Any] = {"status": "loading", "checkpoint": model.state.value}
+    if model.progress is not None:  # warmgate's waiting page shows it (docs/engines.md)
+        body["progress"] = round(model.progress, 4)
     if model.error:
         body["error"] = model.error
     return web.json_response(body, status=503)
@@ -216,6 +218,7 @@ def build_app(
             config.checkpoint_size,
             chunk_size=config.chunk_size,
             torch=torch,
+            load_seconds=config.load_seconds,
         )
     app = web.Application(middlewares=[origin_middleware], client_max_size=16 * 1024**2)
     hub = Hub()
