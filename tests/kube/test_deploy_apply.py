@@ -1,9 +1,10 @@
 """deploy/'s core objects (the PriorityClasses included) applied with kubectl to the real test
 API server (v1.20.2). Kinds it does not know (DRA's ResourceClaimTemplate, Gateway API, Flux)
-and the pod fields that refer to DRA claims are left out here, and the PodDisruptionBudget goes in as policy/v1beta1 (policy/v1
-came with 1.21, same fields); tests/test_deploy.py validates all of them offline against a
-current schema. Then warmgate's ServiceAccount does, with its own token, what several replicas
-do in namespace warmgate: take and renew the leader Lease, list the peers' EndpointSlices."""
+and the pod fields that refer to DRA claims are left out here, and the PodDisruptionBudget goes
+in as policy/v1beta1 (policy/v1 came with 1.21, same fields); tests/test_deploy.py validates all
+of them offline against a current schema. Then warmgate's ServiceAccount does, with its own
+token, what several replicas do in namespace warmgate: take and renew the leader Lease, list the
+peers' EndpointSlices."""
 
 from __future__ import annotations
 
