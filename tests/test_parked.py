@@ -311,3 +311,42 @@ async def test_a_fake_vllm_is_parked_and_woken_through_its_sleep_mode() -> None:
         assert "refused" not in calls
         assert calls[2:4] == ["wake_up", "is_sleeping"]
         assert runtime.state.phase is Phase.READY and runtime.state.endpoints[0] == endpoint
+
+
+async def test_the_dashboard_shows_the_tier_and_the_pool_and_parks_on_demand(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "admin-token").write_text("s3cret\n")
+    auth = {"Authorization": "Bearer s3cret"}
+    data = config(
+        {"comfy": demo("comfy", tmp_path, park_after="5m", pool="ws")},
+        pools={"ws": {"capacity": 1, "yield_after": "30s"}},
+        admin={"token_file": "admin-token"},
+    )
+    async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as client:
+        runtime = wg.runtime("comfy")
+        prompt_id, _ = await prompt(client, wg.url + "/comfy")
+        await rendered(client, wg.url + "/comfy", prompt_id)
+        async with client.get(wg.admin + "/status") as resp:
+            view = await resp.json()
+        t = view["targets"]["comfy"]
+        assert t["parked"]["parked"] is False and t["parked"]["park_after"] == 300
+        assert t["park_at"] is not None and t["park_at"] < t["release_at"]
+        assert view["pools"]["ws"]["resident"] == ["comfy"]
+        async with client.post(wg.admin + "/targets/comfy/park", headers=auth) as resp:
+            assert resp.status == 202, await resp.text()
+        await wait_until(lambda: parked(runtime), timeout=20)
+        async with client.get(wg.admin + "/status") as resp:
+            view = await resp.json()
+        assert view["targets"]["comfy"]["parked"]["parked"] is True
+        assert view["pools"]["ws"] | {"members": None} == {
+            "capacity": 1, "yield_after": 30.0, "resident": [], "parked": ["comfy"],
+            "waiting": {}, "making_room": {}, "members": None,
+        }  # fmt: skip
+        async with client.post(wg.admin + "/targets/comfy/park", headers=auth) as resp:
+            assert (resp.status, (await resp.json())["result"]) == (200, "already parked")
+        async with client.get(wg.admin + "/") as resp:
+            page = await resp.text()
+        assert 'id="pool-ws"' in page and "parked since" in page
+        kinds = [event["kind"] for event in view["events"]]
+        assert "park" in kinds

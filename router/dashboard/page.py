@@ -168,11 +168,52 @@ def target_card(name: str, t: Json, now: float, actions: bool) -> str:
         ),
         ("Runs as", f"{e(t['backend'])} · {e(t['engine'])}"),
     ]
+    if t.get("parked") is not None:
+        rows.insert(4, ("Parked tier", _parked(t["parked"], now)))
+    if t.get("waiting_for"):
+        rows.insert(3, ("Waiting for", e(t["waiting_for"])))
     return (
         f'<article class="card target" id="target-{e(name)}" data-phase="{e(phase)}">'
         f'<header><h3>{e(name)}</h3> <span class="phase">{e(phase)}</span>{stage}</header>'
         f'<p class="reason">{e(t["reason"])}</p>{_dl(rows)}{_actions(name, t, actions)}'
         "</article>"
+    )
+
+
+def _parked(p: Json, now: float) -> str:
+    """The parked tier of a target whose engine can be parked (docs/pools.md)."""
+    if p["waking"]:
+        state = "waking"
+    elif p["parking"]:
+        state = "being parked"
+    elif p["parked"]:
+        state = f"parked since {since(p['since'], now)}"
+    else:
+        state = "not parked"
+    after = f" · park after {span(p['park_after'])}" if p["park_after"] else ""
+    return f"{state}{after} · a wake takes ~{p['wake_eta']:.1f}s"  # fixed words, times, numbers
+
+
+def pools_section(pools: Json) -> str:
+    """Each GPU pool: who holds its GPUs, who is parked, who waits and for what."""
+    cards = []
+    for name, p in pools.items():
+        waiting = (
+            "".join(f"<li><b>{e(t)}</b> {e(why)}</li>" for t, why in p["waiting"].items())
+            or "<li>nobody</li>"
+        )
+        rows = [
+            ("Resident", f"{len(p['resident'])} of {p['capacity']}: "
+             f"{e(', '.join(p['resident'])) or '-'}"),
+            ("Parked", e(", ".join(p["parked"])) or "-"),
+            ("Yields after", span(p["yield_after"])),
+        ]  # fmt: skip
+        cards.append(
+            f'<article class="card pool" id="pool-{e(name)}"><header><h3>{e(name)}</h3></header>'
+            f"{_dl(rows)}<h4>Waiting</h4><ul>{waiting}</ul></article>"
+        )
+    return (
+        f'<section id="pools"><h2>GPU pools</h2><div class="cards">{"".join(cards)}</div></section>'
     )
 
 
@@ -263,6 +304,8 @@ def fragment(v: Json) -> str:
     now = v["now"]
     cards = "".join(target_card(name, t, now, v["actions"]) for name, t in v["targets"].items())
     parts = [f'<section id="targets"><h2>Targets</h2><div class="cards">{cards}</div></section>']
+    if v.get("pools"):
+        parts.append(pools_section(v["pools"]))
     if v["api"] is not None:
         parts.append(api_section(v["api"]))
     if v["replicas"] is not None:

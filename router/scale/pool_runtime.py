@@ -17,8 +17,11 @@ from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 
 
-def doing(runtime: TargetRuntime, now: float, idle_since: float | None, kept: bool) -> str:
-    """What a member does now, in a few words, for the waiting page and the log."""
+def doing(
+    runtime: TargetRuntime, now: float, idle_since: float | None, kept: bool, yield_after: float
+) -> str:
+    """What a member does now, in a few words, for the waiting page and the log (words that
+    change only when what it does changes: a wait's reason is published when it changes)."""
     state, activity = runtime.state, runtime.activity
     if state.phase is Phase.STARTING:
         return "starting"
@@ -37,7 +40,9 @@ def doing(runtime: TargetRuntime, now: float, idle_since: float | None, kept: bo
         return "kept warm (keep_warm)"
     if idle_since is None:
         return "in use"
-    return f"idle for {max(0.0, now - idle_since):.0f}s"
+    if now - idle_since < yield_after:
+        return f"in use (idle for less than {yield_after:g}s)"
+    return "idle"
 
 
 class PoolRuntime:
@@ -119,7 +124,7 @@ class PoolRuntime:
             can_park=parking(runtime.engine) is not None,
             leaving=state.phase is Phase.DRAINING
             or (state.phase is Phase.PARKED and state.parking),
-            doing=doing(runtime, now, idle_since, kept),
+            doing=doing(runtime, now, idle_since, kept, self.spec.yield_after),
         )
 
     def plan(self) -> Plan:
