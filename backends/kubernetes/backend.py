@@ -28,7 +28,6 @@ from backends.base import (
 from backends.kubernetes.api import (
     DEPLOYMENTS,
     HPAS,
-    PODS,
     SCALED_OBJECTS,
     Forbidden,
     KubeApi,
@@ -44,8 +43,8 @@ from backends.kubernetes.informer import (
     service_slices,
 )
 from backends.kubernetes.observe import observe, other_owners
+from backends.kubernetes.pods import PodWatch
 from backends.kubernetes.scaling import ScaleActions, forbidden, where
-from backends.kubernetes.stages import label_selector
 from backends.kubernetes.state import DeploymentAnnotations
 from backends.specs import KubernetesBackend as KubernetesSpec
 
@@ -77,10 +76,15 @@ class KubernetesBackend:
         self._api: KubeApi | None = None
         self._deployments: Informer | None = None
         self._slices: Informer | None = None
-        self._pods: Informer | None = None
-        """The Deployment's pods, for the stage of a start (``None``: not watched, e.g. a Role
-        without pods: then stages are unknown, and starts only wait)."""
-        self._pods_checked = False
+        self._pods = PodWatch(
+            target,
+            spec.namespace,
+            self._where,
+            self._changed,
+            backoff=backoff,
+            watch_timeout=watch_timeout,
+        )
+        """The Deployment's pods, for the stage of a start."""
         self._owners_checked = False
         self._listener: ObservationListener | None = None
         self._observation = Observation()
@@ -200,44 +204,11 @@ class KubernetesBackend:
         self._owners_checked = True
         if self._deployments.resource_version is None:
             await self._deployments.list_now()
-        if not self._pods_checked:
-            await self._watch_pods(api)
-        elif self._pods is not None and self._pods.resource_version is None:
-            await self._pods.list_now()
+        await self._pods.list_now(api, self._deployment())
         if self._slices.resource_version is None:  # last: ready endpoints with nothing stale
             await self._slices.list_now()
         self._starting = None
         self._changed()
-
-    async def _watch_pods(self, api: KubeApi) -> None:
-        """The pods the Deployment's selector picks, listed once here and watched from then on;
-        a Role without ``pods`` only costs the stages (a warning)."""
-        deployment = self._deployment()
-        if deployment is None:
-            return  # not there yet: looked at again at the next bootstrap
-        selector = label_selector((deployment.get("spec") or {}).get("selector"))
-        pods = Informer(
-            api,
-            PODS,
-            self.spec.namespace,
-            self._changed,
-            label_selector=selector,
-            backoff=self._backoff,
-            watch_timeout=self._watch_timeout,
-        )
-        try:
-            await pods.list_now()
-        except Forbidden as exc:
-            self._pods_checked = True
-            log.warning(
-                "[%s] cannot watch the pods of %s, so the stage of a start is unknown "
-                "(grant pods get, list, watch: deploy/base/router/rbac.yaml): %s",
-                self.target,
-                self._where,
-                exc.message,
-            )
-            return
-        self._pods, self._pods_checked = pods, True
 
     async def _check_owners(self, api: KubeApi) -> None:
         found: dict[str, list[dict[str, Any]]] = {}
@@ -284,8 +255,8 @@ class KubernetesBackend:
         assert self._deployments is not None and self._slices is not None
         self._spawn(self._deployments.run())
         self._spawn(self._slices.run())
-        if self._pods is not None:
-            self._spawn(self._pods.run())
+        if self._pods.informer is not None:
+            self._spawn(self._pods.informer.run())
 
     def _spawn(self, coro: Coroutine[None, None, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro, name=f"kubernetes:{self.target}")
@@ -304,9 +275,11 @@ class KubernetesBackend:
 
     def _problems(self) -> list[str]:
         problems = [p for p in (self._starting, self._scaling.pending) if p]
-        for informer in (self._deployments, self._slices, self._pods):
+        for informer in (self._deployments, self._slices):
             if informer is not None and informer.problem:
                 problems.append(informer.problem)
+        if self._pods.problem:
+            problems.append(self._pods.problem)
         informer = self._deployments
         if informer is not None and informer.resource_version and self._deployment() is None:
             problems.append(f"{self._where} not found")
@@ -329,7 +302,7 @@ class KubernetesBackend:
             intent=self._scaling.intent,
             problems=self._problems(),
             refused=self.refused,
-            pods=self._pods.objects.values() if self._pods is not None else None,
+            pods=self._pods.pods(),
         )
         if observation != self._observation:
             self._observation = observation

@@ -30,15 +30,15 @@ from backends.kubernetes.api import (
     WatchEvent,
     error_for_status,
 )
+from backends.kubernetes.core import (
+    MERGE_PATCH,
+    CoreGroup,
+    checked_json,
+    request_limits,
+    watch_limits,
+)
 
 SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-REQUEST_TIMEOUT = 15.0
-"""Seconds for one non-watch request: the API server answers these in milliseconds; a stuck
-one must not hold a scale action for long."""
-CONNECT_TIMEOUT = 5.0
-WATCH_READ_SLACK = 30.0
-"""A watch is given up as dead when nothing (not even its end) arrived this long after the
-server should have closed it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,34 +122,6 @@ def _params(**params: Any) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-async def _checked_json(response: Any, what: str) -> Json:
-    """The body of a raw response as JSON; an error status becomes a :class:`KubeError`."""
-    try:
-        async with response:
-            body = await response.read()
-            status = int(response.status)
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise Unreachable(f"{what}: the API server did not answer: {exc!r}") from exc
-    try:
-        data = json.loads(body) if body else {}
-    except ValueError:
-        data = {}
-    if not 200 <= status < 300:
-        message = data.get("message") if isinstance(data, dict) else None
-        raise error_for_status(status, f"{what}: {message or f'HTTP {status}'}")
-    if not isinstance(data, dict):
-        raise KubeError(f"{what}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-MERGE_PATCH = "application/merge-patch+json"
-
-
-def _core_path(resource: Resource, namespace: str, name: str | None = None) -> str:
-    path = f"/api/{resource.version}/namespaces/{namespace}/{resource.plural}"
-    return f"{path}/{name}" if name is not None else path
-
-
 class RealKube:
     """The API server behind a ``kubernetes_asyncio`` ApiClient. Custom-objects calls reach
     every API group; the core group (pods, ConfigMaps) is asked by path."""
@@ -160,6 +132,7 @@ class RealKube:
         self._custom = k8s.CustomObjectsApi(api)
         self._apps = k8s.AppsV1Api(api)
         self._apis = k8s.ApisApi(api)
+        self._core = CoreGroup(api, server)
 
     @property
     def server(self) -> str:
@@ -170,49 +143,12 @@ class RealKube:
             response = await method(
                 *args,
                 _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(
-                    total=REQUEST_TIMEOUT, sock_connect=CONNECT_TIMEOUT
-                ),
+                _request_timeout=request_limits(),
                 **kwargs,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unreachable(f"{what}: API server {self._server} unreachable: {exc}") from exc
-        return await _checked_json(response, what)
-
-    async def _core(
-        self,
-        what: str,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, Any] | None = None,
-        body: Json | None = None,
-        content_type: str | None = None,
-        limits: aiohttp.ClientTimeout | None = None,
-    ) -> Any:
-        """A raw response from the core group's API (its status is the caller's to check)."""
-        headers = {"Accept": "application/json"}
-        if content_type is not None:
-            headers["Content-Type"] = content_type
-        elif body is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            return await self._api.call_api(
-                path,
-                method,
-                query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=limits
-                or aiohttp.ClientTimeout(total=REQUEST_TIMEOUT, sock_connect=CONNECT_TIMEOUT),
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise Unreachable(f"{what}: API server {self._server} unreachable: {exc}") from exc
-
-    async def _core_json(self, what: str, method: str, path: str, **kwargs: Any) -> Json:
-        return await _checked_json(await self._core(what, method, path, **kwargs), what)
+        return await checked_json(response, what)
 
     async def group_versions(self, group: str) -> tuple[str, ...]:
         data = await self._call("discovery", self._apis.get_api_versions)
@@ -234,8 +170,7 @@ class RealKube:
     ) -> ObjectList:
         what = f"list {resource} in namespace {namespace}"
         if not resource.group:
-            query = {"labelSelector": label_selector, "fieldSelector": field_selector}
-            data = await self._core_json(what, "GET", _core_path(resource, namespace), query=query)
+            data = await self._core.list(what, resource, namespace, label_selector, field_selector)
         else:
             data = await self._call(
                 what,
@@ -262,19 +197,15 @@ class RealKube:
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         what = f"watch {resource} in namespace {namespace}"
         if not resource.group:
-            query = {
-                "watch": "true",
-                "allowWatchBookmarks": "true",
-                "resourceVersion": resource_version or None,
-                "timeoutSeconds": timeout_seconds,
-                "labelSelector": label_selector,
-                "fieldSelector": field_selector,
-            }
-            limits = aiohttp.ClientTimeout(
-                sock_connect=CONNECT_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_SLACK
+            response = await self._core.watch(
+                what,
+                resource,
+                namespace,
+                resource_version,
+                timeout_seconds,
+                label_selector,
+                field_selector,
             )
-            path = _core_path(resource, namespace)
-            response = await self._core(what, "GET", path, query=query, limits=limits)
         else:
             response = await self._custom_watch(
                 what,
@@ -286,7 +217,7 @@ class RealKube:
                 field_selector=field_selector,
             )
         if not 200 <= int(response.status) < 300:
-            await _checked_json(response, what)  # raises the translated error
+            await checked_json(response, what)  # raises the translated error
         try:
             yield self._events(response, what)
         finally:
@@ -314,9 +245,7 @@ class RealKube:
                 resource_version=resource_version,
                 timeout_seconds=timeout_seconds,
                 _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(
-                    sock_connect=CONNECT_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_SLACK
-                ),
+                _request_timeout=watch_limits(timeout_seconds),
                 **_params(label_selector=label_selector, field_selector=field_selector),
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -343,7 +272,7 @@ class RealKube:
     async def get(self, resource: Resource, namespace: str, name: str) -> Json:
         what = f"get {resource} {name} in namespace {namespace}"
         if not resource.group:
-            return await self._core_json(what, "GET", _core_path(resource, namespace, name))
+            return await self._core.call(what, "GET", resource, namespace, name)
         return await self._call(
             what,
             self._custom.get_namespaced_custom_object,
@@ -358,7 +287,7 @@ class RealKube:
         name = (body.get("metadata") or {}).get("name")
         what = f"create {resource} {name} in namespace {namespace}"
         if not resource.group:
-            return await self._core_json(what, "POST", _core_path(resource, namespace), body=body)
+            return await self._core.call(what, "POST", resource, namespace, body=body)
         return await self._call(
             what,
             self._custom.create_namespaced_custom_object,
@@ -373,8 +302,7 @@ class RealKube:
         name = str((body.get("metadata") or {}).get("name"))
         what = f"update {resource} {name} in namespace {namespace}"
         if not resource.group:
-            path = _core_path(resource, namespace, name)
-            return await self._core_json(what, "PUT", path, body=body)
+            return await self._core.call(what, "PUT", resource, namespace, name, body=body)
         return await self._call(
             what,
             self._custom.replace_namespaced_custom_object,
@@ -389,8 +317,7 @@ class RealKube:
     async def patch(self, resource: Resource, namespace: str, name: str, body: Json) -> Json:
         what = f"patch {resource} {name} in namespace {namespace}"
         if not resource.group:
-            path = _core_path(resource, namespace, name)
-            return await self._core_json(what, "PATCH", path, body=body, content_type=MERGE_PATCH)
+            return await self._core.call(what, "PATCH", resource, namespace, name, body=body)
         return await self._call(
             what,
             self._custom.patch_namespaced_custom_object,

@@ -1,6 +1,7 @@
 """Idleness turned into a release: the last look at the engine, the stop committed, the GPU
 released (by this replica alone, by the leader with the others fenced, or, when KEDA owns the
-replicas, left to KEDA); and what is left of a failed start or a lost workload."""
+replicas, left to KEDA); what is left of a failed start or a lost workload; and a start nobody
+waits for any more."""
 
 from __future__ import annotations
 
@@ -93,3 +94,14 @@ class Drain:
             log.info("%s: left running: a stop is the leader's, once all are idle", self.rt.name)
             return
         await self.rt.backend.scale_down()
+
+    async def abandon(self, reason: str, *, keda: bool) -> None:
+        """A start this replica alone began and nobody waits for any more: stopped (a pod left
+        Pending must not take a GPU later with nobody there); phase -> cold, and the next
+        request starts it again. KEDA scales it down once the scaler says inactive."""
+        rt = self.rt
+        log.warning("%s: start abandoned (%s)", rt.name, reason)
+        rt.activity.wanted_until = float("-inf")
+        if not keda:
+            await rt.backend.scale_down()
+        self.phases.cold(f"start abandoned: {reason}")

@@ -216,7 +216,7 @@ class Lifecycle:
         elif step.act is Act.STAGE:
             self.starts.publish(*stage_now(self.view()))
         elif step.act is Act.ABANDON:
-            await self._abandon(step.reason)
+            await self.drain.abandon(step.reason, keda=self.keda)
         elif step.act is Act.REFRESH:
             phases.refresh()
         elif step.act is Act.RESUME:
@@ -233,16 +233,6 @@ class Lifecycle:
             await self.parking.stop_instead(step.reason)
         elif step.act is Act.QUEUE:
             await self._queue(step)
-
-    async def _abandon(self, reason: str) -> None:
-        """A start nobody waits for any more: stopped (a pod left Pending must not take a GPU
-        later with nobody there); the next request starts it again."""
-        rt = self.rt
-        log.warning("%s: start abandoned (%s)", rt.name, reason)
-        rt.activity.wanted_until = float("-inf")
-        if not self.keda:  # KEDA scales it down once the scaler says inactive
-            await rt.backend.scale_down()
-        self.phases.cold(f"start abandoned: {reason}")
 
     async def _queue(self, step: Step) -> None:
         """A start or wake waits for room in the target's GPU pool: say what for, and look

@@ -39,6 +39,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from .podstatus import (
     CRASH_LOOP_AFTER,
     bad_image,
+    command_line,
     node_status,
     now,
     pod_status,
@@ -67,10 +68,6 @@ def next_pod_address(port: int) -> str:
             except OSError:
                 continue
         return host
-
-
-def _subst(s: str, host: str, port: int) -> str:
-    return s.replace("{host}", host).replace("{port}", str(port))
 
 
 @dataclass
@@ -315,20 +312,7 @@ class TestKubelet:
         """Start the process, report readiness until it exits; its exit code (``None``: it
         could not be started, and the pod is reported ``Failed``)."""
         meta = w.pod["metadata"]
-        host, port = w.host, w.port
-        argv = [_subst(a, host, port) for a in (c.get("command") or []) + (c.get("args") or [])]
-        env = dict(os.environ)
-        fields = {
-            "status.podIP": host,
-            "metadata.name": meta["name"],
-            "metadata.namespace": meta["namespace"],
-            "spec.nodeName": self.node_name,
-        }
-        for e in c.get("env") or []:
-            ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            env[e["name"]] = (
-                fields.get(ref, "") if ref else _subst(e.get("value") or "", host, port)
-            )
+        argv, env = command_line(w.pod, c, w.host, w.port, self.node_name)
         out: Any = asyncio.subprocess.DEVNULL
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)

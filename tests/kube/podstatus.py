@@ -1,6 +1,6 @@
-"""Pod and Node statuses as a kubelet writes them, for the test kubelet: pure functions of what
-it knows (the pod, its address, the container's state), so the phases of a start look to the
-API server and to warmgate as they do on a real node.
+"""Pod and Node statuses as a kubelet writes them, and the command line it runs, for the test
+kubelet: pure functions of what it knows (the pod, its address, the container's state), so the
+phases of a start look to the API server and to warmgate as they do on a real node.
 
 A real kubelet shows an image being pulled as the waiting reason ``ContainerCreating``, a pull
 that fails as ``ErrImagePull`` then ``ImagePullBackOff``, and a container that keeps exiting as
@@ -10,6 +10,7 @@ that fails as ``ErrImagePull`` then ``ImagePullBackOff``, and a container that k
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 Json = dict[str, Any]
@@ -148,3 +149,30 @@ def probe_port(container: Json, probe: Json | None) -> int | None:
         if p.get("name") == port:
             return int(p["containerPort"])
     return int(str(port)) if str(port).isdigit() else None
+
+
+def _subst(s: str, host: str, port: int) -> str:
+    return s.replace("{host}", host).replace("{port}", str(port))
+
+
+def command_line(
+    pod: Json, container: Json, host: str, port: int, node: str
+) -> tuple[list[str], dict[str, str]]:
+    """The container's ``command + args`` and its environment over this process's, with
+    ``{host}`` and ``{port}`` filled in and the Downward API's fields a pod may ask for."""
+    meta = pod["metadata"]
+    argv = [
+        _subst(a, host, port)
+        for a in (container.get("command") or []) + (container.get("args") or [])
+    ]
+    env = dict(os.environ)
+    fields = {
+        "status.podIP": host,
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "spec.nodeName": node,
+    }
+    for e in container.get("env") or []:
+        ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        env[e["name"]] = fields.get(ref, "") if ref else _subst(e.get("value") or "", host, port)
+    return argv, env
