@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from backends.base import Observation
 from backends.engines.common import progress_of
@@ -20,7 +21,7 @@ from backends.kubernetes.observe import observe
 from backends.kubernetes.stages import label_selector, pod_stage, start_stage
 from backends.specs import KubernetesBackend as KubernetesSpec
 from router.config import Scaling
-from router.openai.budget import Budget
+from router.openai.budget import Budget, kept
 from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
 from router.scale.eta import ColdStarts
 from router.scale.persist import FileStore, Writer
@@ -288,3 +289,24 @@ def test_a_readiness_body_carries_the_load_progress() -> None:
     assert progress_of(b'{"status": "loading", "progress": 0.25}') == 0.25
     for body in (b"{}", b"oops", b'{"progress": 2}', b'{"progress": true}', b"[0.5]"):
         assert progress_of(body) is None
+
+
+async def test_a_replica_reads_its_own_spend_back_and_counts_the_others_of_today(
+    tmp_path: Path,
+) -> None:
+    now = datetime.datetime(2026, 3, 2, 15, 0, tzinfo=datetime.UTC).timestamp()
+    store = FileStore(tmp_path)
+    await store.save("budget.warmgate-a", {"day": "2026-03-02", "spent": 1.0, "reserved": 0.5})
+    await store.save("budget.warmgate-b", {"day": "2026-03-02", "spent": 2.0, "reserved": 0.0})
+    await store.save("budget.warmgate-c", {"day": "2026-03-01", "spent": 9.0, "reserved": 0.0})
+    budget = Budget(10.0, clock=lambda: now)
+    heard: list[tuple[str, datetime.date, float]] = []
+    keep = kept(budget, store, "budget.warmgate-a", lambda *said: heard.append(said))
+    running = keep(web.Application())
+    await running.__anext__()  # started
+    assert budget.spent == 1.5  # its own day, the open reservation counted as spent
+    assert heard == [("warmgate-b", datetime.date(2026, 3, 2), 2.0)]  # yesterday's is no one's
+    budget.settle(budget.reserve(0.25, "managed"), 0.25)  # type: ignore[arg-type]
+    with pytest.raises(StopAsyncIteration):
+        await running.__anext__()  # stopped: the last record written
+    assert (await store.load("budget.warmgate-a") or {})["spent"] == 1.75
