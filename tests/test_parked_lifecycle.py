@@ -42,7 +42,9 @@ class Rig:
 
     async def until(self, phase: Phase, limit: float = 3600) -> None:
         async with asyncio.timeout(limit):
-            await self.runtime.cell.wait_for(lambda s: s.phase is phase and not s.waking)
+            await self.runtime.cell.wait_for(
+                lambda s: s.phase is phase and not s.waking and not s.parking
+            )
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
@@ -307,3 +309,80 @@ async def test_a_hold_past_its_deadline_says_what_it_waited_for() -> None:
         with pytest.raises(HoldTimeout, match=r"waiting for the GPU \(ws\): wan2gp is serving"):
             await r["comfyui"].serve(0)
         await render
+
+
+# -- several replicas ---------------------------------------------------------------------------
+
+
+class Others:
+    """The other warmgate replicas, as the leader's lifecycle sees them: idle as this one is,
+    and every fence taken; records what it was asked."""
+
+    fence_timeout = 10.0
+    poll_interval = 1.0
+
+    def __init__(self, runtime: TargetRuntime) -> None:
+        self.runtime = runtime
+        self.asked: list[tuple[str, Any]] = []
+
+    def idle_since(self, target: str) -> float | None:
+        return self.runtime.activity.idle_since(self.runtime.spec.scaling.stream_activity_window)
+
+    def wanted(self, target: str) -> bool:
+        return False
+
+    def leading(self) -> bool:
+        return True
+
+    async def confirm_leading(self) -> bool:
+        return True
+
+    async def fence_others(self, target: str, needed: float | None = None) -> str | None:
+        self.asked.append(("fence", needed))
+        return None
+
+    async def unfence_others(self, target: str) -> None:
+        self.asked.append(("unfence", None))
+
+    async def parked_others(self, target: str) -> None:
+        self.asked.append(("parked", None))
+
+    def add_fenceable(self, target: str, fenceable: Any) -> None:
+        pass
+
+
+async def test_the_leader_parks_with_the_others_fenced_for_park_after_then_tells_them() -> None:
+    config = parse_config({"targets": {"t": target()}})
+    loop, metrics = asyncio.get_running_loop(), Metrics()
+    backend, engine = FakeBackend(), FakeParkingEngine()
+    runtime = TargetRuntime("t", config.targets["t"], backend, engine, metrics, loop)
+    others = Others(runtime)
+    lifecycle = Lifecycle(runtime, others)
+    rig = Rig(runtime, backend, engine, lifecycle, metrics)
+    await lifecycle.open()
+    try:
+        await rig.serve(0)
+        await rig.until(Phase.PARKED)
+        assert others.asked == [("fence", 300.0), ("parked", None)]
+        assert engine.calls == ["park"] and backend.calls == ["up"]
+    finally:
+        await lifecycle.close()
+
+
+async def test_a_replica_fenced_for_the_leaders_park_is_parked_and_wakes_it_here() -> None:
+    async with one() as rig:
+        await rig.serve(0)
+        await asyncio.sleep(60)
+        loop = asyncio.get_running_loop()
+        refused = rig.lifecycle.fence(loop.time() + 10, "warmgate-0")
+        assert refused is not None and "idle for only" in refused, "a release's idle_after"
+        assert rig.lifecycle.fence(loop.time() + 10, "warmgate-0", needed=30.0) is None
+        assert rig.phase is Phase.DRAINING and rig.runtime.state.stopping
+        held = rig.serve(0)  # arrives while the leader parks
+        await asyncio.sleep(1)
+        assert not held.done()
+        rig.lifecycle.unfence(parked=True)
+        assert rig.runtime.state.reason == "parked by warmgate-0"
+        assert await held >= 1
+        assert parking(rig).calls == ["wake"], "woken here; parked by the leader"
+        assert rig.backend.calls == ["up"] and rig.phase is Phase.READY

@@ -70,7 +70,7 @@ class Parking:
         # From here new requests are held (and wake it once the park is done).
         phases.publish(rt.state.with_phase(Phase.PARKED, self.now, reason=reason, parking=True))
         if self.others is not None and not self.keda:
-            refused = await self.fencing.fence_all(self.others)
+            refused = await self.fencing.fence_all(self.others, idle_needed)
             if refused is not None:
                 log.info("%s: park put off: %s", rt.name, refused)
                 self.fencing.release_not_before = self.now + self.others.poll_interval
