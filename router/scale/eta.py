@@ -101,10 +101,10 @@ class ColdStarts:
     # -- the document that survives restarts ---------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        return {  # whole floats (JSON keeps them exactly): the same ETA after a restart
             "version": DOCUMENT_VERSION,
-            "starts": [round(s, 3) for s in self.history],
-            "stages": {k: [round(s, 3) for s in v] for k, v in self.stages.items() if v},
+            "starts": list(self.history),
+            "stages": {k: list(v) for k, v in self.stages.items() if v},
         }
 
     def restore(self, document: Mapping[str, Any]) -> bool:
