@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test faults test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
+.PHONY: install demo test faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
 
 install: $(STAMP)
 
@@ -33,12 +33,18 @@ test: install chromium promtool kube-bins gradio529
 faults: install kube-bins
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q -rP tests/faults tests/kube/test_faults_on_kube.py
 
+# The upstream response framer fuzzed against h11 (tests/http/test_framer_fuzz.py): 100,000
+# examples, where make test runs 300; prints how many ran and how long they took.
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=1 tests/http/test_framer_fuzz.py
+
 # The suite above runs on the newest aiohttp pip resolves (pyproject: >=3.12.14,<4); this runs the
 # HTTP-facing tests again on the floor, installed apart (.aiohttp-floor, first on the path), since
 # warmgate leans on aiohttp's parser and server internals.
 AIOHTTP_FLOOR := 3.12.14
 FLOOR_DIR := .aiohttp-floor
-HTTP_TESTS = tests/test_proxy.py tests/test_server.py tests/test_server_drain.py tests/test_upstream.py tests/http $(wildcard tests/test_websocket*.py)
+HTTP_TESTS = tests/test_proxy.py tests/test_server.py tests/test_server_drain.py tests/test_upstream.py tests/http $(wildcard tests/test_websocket*.py) \
+	tests/test_upstream_reuse.py tests/test_upstream_limits.py tests/test_stream_endings.py tests/test_smuggling.py tests/test_forwarded_headers.py
 
 test-aiohttp-floor: install
 	test -d $(FLOOR_DIR)/aiohttp-$(AIOHTTP_FLOOR).dist-info || (rm -rf $(FLOOR_DIR) && $(BIN)/pip install -q --no-deps --target $(FLOOR_DIR) aiohttp==$(AIOHTTP_FLOOR))
