@@ -155,7 +155,7 @@ DECISIONS = [
     ),
     (
         "ready, idle long enough: drain",
-        view(Phase.READY, RUNNING, idle_since=NOW - IDLE),
+        view(Phase.READY, RUNNING, idle_since=NOW - IDLE, state={"endpoints": RUNNING.endpoints}),
         Act.DRAIN,
         "",
     ),
