@@ -165,7 +165,7 @@ async def test_an_idle_tab_reconnecting_its_websocket_neither_keeps_nor_wakes_th
             while loop.time() < end:
                 try:
                     async with client.ws_connect(wg.url + "/ws") as ws:
-                        msg = await ws.receive(timeout=2)  # a silent tab
+                        msg = await ws.receive(timeout=3)  # a silent tab, past idle_after
                         if msg.type is aiohttp.WSMsgType.CLOSE and ws.close_code == 1001:
                             closed_by_release += 1
                 except aiohttp.WSServerHandshakeError as exc:

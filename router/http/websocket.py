@@ -162,7 +162,12 @@ async def forward_websocket(
     (a client that goes away cancels this handler). Raises :class:`router.errors.RequestError`
     (accounted by the caller) when the upstream cannot be reached."""
     activity = runtime.activity
-    activity.begin(runtime.loop.time())  # from the upgrade on: the GPU must stay up for it
+    mode = runtime.engine.stream_activity(url.path)
+    # From the upgrade on, the GPU must stay up for it: in flight while its upstream connects.
+    if mode == "open":  # and activity for its whole life
+        activity.begin(runtime.loop.time())
+    else:  # a tab reconnecting its socket is no use of the GPU: the idle clock stays as it is
+        activity.rejoin()
     runtime.m_in_flight.inc()
     in_flight = True
     try:
@@ -170,7 +175,6 @@ async def forward_websocket(
         if isinstance(upstream, web.Response):  # the engine refused the upgrade
             ended(upstream)
             return upstream
-        mode = runtime.engine.stream_activity(url.path)
         if mode != "open":  # counted by its frames (or not at all) once it is up
             activity.end(runtime.loop.time())
             runtime.m_in_flight.dec()
