@@ -228,6 +228,23 @@ def load_progress(engine: Engine, base_url: str) -> float | None:
     return engine.load_progress(base_url) if isinstance(engine, ReportsProgress) else None
 
 
+@runtime_checkable
+class ReportsQueue(Protocol):
+    """What an :class:`Engine` that tells the depth of its own queue offers (ComfyUI's
+    ``queue_remaining``, Gradio's ``queue_size``, vLLM's ``vllm:num_requests_waiting``); ask
+    through :func:`queue_depth`. The depth is read by :meth:`Engine.busy`, the busy poll."""
+
+    def queue_depth(self, base_url: str) -> int | None:
+        """Jobs in the engine's queue at ``base_url`` as the last busy poll read them; ``None``
+        when that poll got no answer, or the engine does not say."""
+        ...
+
+
+def queue_depth(engine: Engine, base_url: str) -> int | None:
+    """The depth of the engine's own queue at ``base_url`` as last polled, where it tells one."""
+    return engine.queue_depth(base_url) if isinstance(engine, ReportsQueue) else None
+
+
 def parking(engine: Engine) -> Parkable | None:
     """The engine's park actions, or ``None`` for an engine that is never parked."""
     return engine if isinstance(engine, Parkable) and engine.parks else None

@@ -65,7 +65,7 @@ def _record_headers(response: requests.Response) -> None:
     if decision is not None:
         events.request.fire(
             request_type="DECISION",
-            name=decision,
+            name=decision.partition("; queue_depth=")[0],  # one row per reason, any depth
             response_time=0,
             response_length=0,
             exception=None,

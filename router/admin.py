@@ -57,8 +57,19 @@ async def targets(request: web.Request) -> web.Response:
             "waking": state.waking,
             "waiting_for": state.waiting_for or None,
             "pool": runtime.pool.name if runtime.pool is not None else None,
+            # the engine's own queue as the busy poll read it (docs/engines.md)
+            **_queue(runtime),
         }
     return web.json_response(out)
+
+
+def _queue(runtime: TargetRuntime) -> dict[str, Any]:
+    ready = runtime.servable_now() is not None
+    seconds = runtime.queue.job_seconds
+    return {
+        "queue_depth": runtime.queue.depth if ready else None,
+        "job_seconds": None if seconds is None else round(seconds, 3),
+    }
 
 
 def _start(runtime: TargetRuntime, now: float) -> dict[str, Any]:

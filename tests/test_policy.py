@@ -431,7 +431,8 @@ def test_decision_table(
     assert (decision.action, decision.placement, decision.reason) == (action, placement, reason)
     assert decision.warm == warm
     assert decision.status == status
-    assert decision.header == f"{placement}; reason={reason}"
+    depth = f"; queue_depth={decision.queue_depth}" if reason == "local_busy" else ""
+    assert decision.header == f"{placement}; reason={reason}{depth}"
     assert decision.detail
 
 

@@ -4,7 +4,8 @@
   graph is queued and the target counts as ready once it completed (the checkpoint is resident
   before the first user render, even on an engine that loads lazily).
 - **Busy**: ComfyUI's own queue, ``GET /prompt`` -> ``exec_info.queue_remaining > 0``. A render
-  keeps the target active with no HTTP traffic at all.
+  keeps the target active with no HTTP traffic at all. ``queue_remaining`` (the prompts waiting
+  and the one running) is also the queue depth the API policy reads.
 - **Streams**: a tab's ``/ws`` carries status and progress for as long as the tab is open; its
   frames are not activity (the queue is the busy signal).
 - **Wakes**: a page load, a frontend asset, ``POST /prompt`` and ``POST /upload/...``; not the
@@ -163,11 +164,13 @@ class ComfyUIEngine(EngineBase):
         return await self.busy_from(self._queue_remaining(base_url))
 
     async def _queue_remaining(self, base_url: str) -> bool | None:
+        depth: int | None
         try:
             body = await self.get_json(base_url, "/prompt")
-            return int(body["exec_info"]["queue_remaining"]) > 0
+            depth = int(body["exec_info"]["queue_remaining"])
         except (*PROBE_ERRORS, KeyError, TypeError):
-            return None
+            depth = None
+        return self.heard_queue(base_url, depth)
 
     def request_wakes(self, facts: RequestFacts) -> bool:
         route = api_route(facts.path)

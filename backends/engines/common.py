@@ -119,6 +119,9 @@ class EngineBase:
         self._last_busy = False
         self._progress: dict[str, float] = {}
         """Load progress (0..1) by endpoint, from the last readiness answer that said one."""
+        self._queue: dict[str, int] = {}
+        """The depth of the engine's own queue by endpoint, from the last busy poll that read
+        one."""
         park = spec.park
         requests = park if isinstance(park, ParkRequests) else None
         if park == "auto":
@@ -185,6 +188,20 @@ class EngineBase:
 
     async def busy(self, base_url: str) -> bool:
         return False
+
+    def queue_depth(self, base_url: str) -> int | None:
+        """:class:`backends.base.ReportsQueue`: what the last busy poll read (``None`` for an
+        engine that does not tell its queue)."""
+        return self._queue.get(base_url)
+
+    def heard_queue(self, base_url: str, depth: int | None) -> bool | None:
+        """Keep the queue depth a busy poll read (``None``: no answer); busy is a queue that
+        is not empty, ``None`` when there was no answer (see :meth:`busy_from`)."""
+        if depth is None or depth < 0:
+            self._queue.pop(base_url, None)
+            return None
+        self._queue[base_url] = depth
+        return depth > 0
 
     async def busy_from(self, probe: Awaitable[bool | None]) -> bool:
         """A busy answer where ``None`` (no answer) repeats the last one: a render in progress

@@ -9,7 +9,8 @@
   rarely it speaks; not for its whole life, since Gradio's page may leave one open that carries
   only heartbeats with no job behind it. A ``call/<api_name>/<event_id>`` stream lasts exactly
   as long as its job and is activity for its whole life. Jobs still waiting in Gradio's queue
-  are polled too (``{api}/queue/status`` -> ``queue_size``).
+  are polled too (``{api}/queue/status`` -> ``queue_size``, the jobs waiting, not those
+  running): that is also the queue depth the API policy reads.
 - **Not activity**: ``{api}/heartbeat/<session>`` streams stay open for a tab's whole life. They
   are never cut while the target is up either: Gradio cancels a session's jobs when its heartbeat
   drops. They are closed only when the target is released.
@@ -124,11 +125,13 @@ class GradioEngine(EngineBase):
         return await self.busy_from(self._queued(base_url))
 
     async def _queued(self, base_url: str) -> bool | None:
+        depth: int | None
         try:
             status: Any = await self.get_json(base_url, f"{self.api_prefix}/queue/status")
-            return int(status["queue_size"]) > 0
+            depth = int(status["queue_size"])
         except (*PROBE_ERRORS, KeyError, TypeError):
-            return None
+            depth = None
+        return self.heard_queue(base_url, depth)
 
     def request_wakes(self, facts: RequestFacts) -> bool:
         return not (is_heartbeat(facts.path) or is_queue_stream(facts.path))

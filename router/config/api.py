@@ -135,8 +135,13 @@ class Policy(Frozen):
     """Cloud spend allowed per UTC day. 0 (the default): the cloud is never paid for."""
     private: PrivateRule = PrivateRule()
     overflow_queue_depth: int = Field(default=4, ge=0)
-    """A ready local target with more API requests than this in progress counts as saturated,
-    and the cloud is preferred."""
+    """A ready local target with more than this in progress counts as saturated, and the cloud
+    is preferred (``local_busy``): warmgate's own API requests to it, or the jobs in its engine's
+    own queue where the engine tells them (ComfyUI's ``queue_remaining``, Gradio's
+    ``queue_size``, vLLM's ``vllm:num_requests_waiting``; read at every ``busy_poll``),
+    whichever is more. 4: a few renders queued are worth waiting for, a crowd is not. Besides,
+    the wait in that queue (its depth x the learned time per job) counts against the latency
+    budget like a cold start."""
     warm_on_cloud: bool = True
     """A request sent to the cloud because the local target was cold starts it for next time."""
     assumed_cold_start: Duration = 30.0

@@ -88,14 +88,16 @@ class Placer:
             if target is not None:
                 rt = self.runtimes[target]
                 state, activity = rt.cell.current, rt.activity
+                servable = rt.servable_now() is not None
+                queue = rt.queue.depth if servable else 0  # the engine's own, at the busy poll
                 locals_.append(
                     LocalOption(
                         i,
                         target,
                         state.phase,
                         state.since,
-                        rt.servable_now() is not None,
-                        max(self.loads[target], activity.in_flight),
+                        servable,
+                        max(self.loads[target], activity.in_flight, queue),
                         activity.held,
                         rt.spec.scaling.max_held,
                         self._predicted(rt),
@@ -105,6 +107,8 @@ class Placer:
                         waking=state.waking,
                         pool_wait=_pool_wait(rt),
                         unschedulable=_unschedulable(state),
+                        queue=queue,
+                        queue_wait=rt.queue.wait() if queue else 0.0,
                     )
                 )
             else:

@@ -4,7 +4,10 @@ The snapshot's parts are immutable named tuples: built on every request, they mu
 
 The table (docs/openai.md has it for people):
 
-- a local target ready and not saturated -> ``local``;
+- a local target ready and not saturated -> ``local``; saturated is a load (warmgate's own API
+  requests, or the engine's own queue where it tells one) over ``overflow_queue_depth``, or a
+  predicted wait in that queue (depth x learned time per job) over the latency budget: then the
+  cloud when allowed (``local_busy``, the depth in the header), else local anyway;
 - local cold, starting or parked and predicted ready within the latency budget -> ``hold`` (a
   parked target is predicted from its learned wake time, a cold one from its cold starts);
 - local waiting for its GPU pool with nothing to displace: the wait is unknown -> the cloud when
@@ -53,7 +56,8 @@ class LocalOption(NamedTuple):
     servable: bool
     """Ready (or draining with the stop not issued): a request is forwarded at once."""
     load: int = 0
-    """API requests in progress on the target (streams included)."""
+    """The target's load: API requests in progress on it (streams included), or the jobs in
+    its engine's own queue (``queue``) where that is more."""
     held: int = 0
     max_held: int = 1000
     cold_start: float = 30.0
@@ -73,6 +77,12 @@ class LocalOption(NamedTuple):
     unschedulable: str = ""
     """Starting, and no node can take it now (every GPU busy with other work): the scheduler's
     words. How long is unknown (``ready_in`` is ``inf``): the cloud when allowed, else held."""
+    queue: int = 0
+    """Ready: the jobs in the engine's own queue at the last busy poll (ComfyUI's
+    ``queue_remaining``, ...); 0 where the engine tells none."""
+    queue_wait: float = 0.0
+    """Ready: seconds a request would wait in that queue (``queue`` x the learned time per
+    job); 0 while nothing is learned. Counted against the latency budget like a cold start."""
 
     def ready_in(self, now: float) -> float:
         """Predicted seconds until it can serve; ``inf`` when it cannot be started now, or when
@@ -146,6 +156,9 @@ class Decision(NamedTuple):
     """A target to start without holding this request (``warm_on_cloud``)."""
     status: int = 0
     """For ``reject``: the HTTP status."""
+    queue_depth: int | None = None
+    """``local_busy``: the busy target's load (the depth of its queue) behind the decision;
+    said in the header as ``queue_depth=``."""
 
     @property
     def placement(self) -> str:
@@ -157,8 +170,10 @@ class Decision(NamedTuple):
 
     @property
     def header(self) -> str:
-        """The ``X-Warmgate-Decision`` value."""
-        return f"{self.placement}; reason={self.reason}"
+        """The ``X-Warmgate-Decision`` value (``comfyui; reason=ready``,
+        ``managed/image-large; reason=local_busy; queue_depth=7``)."""
+        head = f"{self.placement}; reason={self.reason}"
+        return head if self.queue_depth is None else f"{head}; queue_depth={self.queue_depth}"
 
 
 def _fits(cost: float, left: float) -> bool:
@@ -170,11 +185,24 @@ def _secs(value: float) -> str:
     return "never" if math.isinf(value) else f"{value:.0f}s"
 
 
+def _busy(opt: LocalOption, depth: int, budget: float) -> str:
+    """Why a ready target is too busy for this request, in words; empty when it is not."""
+    if opt.load > depth:
+        return f"{opt.target} has {opt.load} requests in progress or queued (> {depth})"
+    if opt.queue_wait > budget:
+        return (
+            f"{opt.target}'s queue of {opt.queue} jobs takes about {_secs(opt.queue_wait)}, "
+            f"over the latency budget of {_secs(budget)}"
+        )
+    return ""
+
+
 def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
     now, depth = snap.now, rules.overflow_queue_depth
     locals_ = snap.locals
+    budget = max(0.0, ask.max_wait - ask.waited)
     ready = [opt for opt in locals_ if opt.servable]
-    idle = [opt for opt in ready if opt.load <= depth]
+    idle = [opt for opt in ready if not _busy(opt, depth, budget)]
     if idle:
         best = min(idle, key=lambda o: o.load)
         reason = "cloud_failed" if ask.cloud_failed else "ready"
@@ -185,19 +213,21 @@ def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
     affordable = cloud if cloud is not None and _fits(cloud.cost, snap.budget_left) else None
 
     if ready:
-        busiest_ok = min(ready, key=lambda o: o.load)
+        least = min(ready, key=lambda o: (o.load, o.queue_wait))
+        busy = _busy(least, depth, budget)
         if affordable is not None:
-            detail = f"{busiest_ok.target} has {busiest_ok.load} requests in progress (> {depth})"
-            return Decision(Action.CLOUD, "local_busy", detail, cloud=affordable)
+            return Decision(
+                Action.CLOUD, "local_busy", busy, cloud=affordable, queue_depth=least.load
+            )
         why = _why_no_cloud(ask, snap, cloud, clouds)
-        return Decision(Action.LOCAL, f"busy_{why}", f"saturated, but {why}", local=busiest_ok)
+        detail = f"{busy}; local anyway: {why.replace('_', ' ')}"
+        return Decision(Action.LOCAL, f"busy_{why}", detail, local=least)
 
     waits = [(opt.ready_in(now), opt) for opt in locals_]
     startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
     soonest = min(startable, key=lambda pair: pair[0]) if startable else None
     queued = [o for o in locals_ if o.pool_wait and o.wakes and o.held < o.max_held]
     stuck = [o for o in locals_ if o.unschedulable and o.held < o.max_held]
-    budget = max(0.0, ask.max_wait - ask.waited)
     if soonest is not None and soonest[0] <= budget:
         t, opt = soonest
         reason = (

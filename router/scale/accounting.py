@@ -1,11 +1,13 @@
 """GPU-seconds of one target while it is ready, split busy / idle, and parked (its process holds
 a GPU context but no weights), and the engine's own busy signal (a render in its queue with no
-HTTP traffic), polled on the way."""
+HTTP traffic), polled on the way; the poll's queue depth goes to the target's
+:class:`router.scale.engine_queue.EngineQueue`."""
 
 from __future__ import annotations
 
 import logging
 
+from backends.base import queue_depth
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -26,8 +28,9 @@ class Accounting:
         return self.rt.loop.time()
 
     def restart(self) -> None:
-        """Ready from now: nothing before counts."""
+        """Ready from now: nothing before counts (the engine's queue is read afresh)."""
         self._accounted_at = self.now
+        self.rt.queue.restart()
 
     @property
     def busy_window(self) -> float:
@@ -35,12 +38,14 @@ class Accounting:
         return self.rt.spec.scaling.busy_poll + ACCOUNTING_INTERVAL
 
     async def check_busy(self, endpoint: str) -> None:
-        """Ask the engine; busy keeps the target active for :attr:`busy_window`."""
+        """Ask the engine; busy keeps the target active for :attr:`busy_window`. The depth of
+        its queue the poll read (where it tells one) goes to ``queue``."""
         try:
             busy = await self.rt.engine.busy(endpoint)
         except Exception:  # an engine's probe must never stop its lifecycle
             log.exception("%s: busy check failed", self.rt.name)
             busy = False
+        self.rt.queue.heard(queue_depth(self.rt.engine, endpoint), self.now)
         if busy:
             self.rt.activity.busy_until = self.now + self.busy_window
 

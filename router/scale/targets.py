@@ -16,6 +16,7 @@ from router.config import Economics, Target
 from router.errors import NoEndpoint, TargetAsleep
 from router.metrics import Metrics
 from router.scale.activity import Activity
+from router.scale.engine_queue import EngineQueue
 from router.scale.eta import ColdStarts
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.idling import IdleRule
@@ -87,6 +88,9 @@ class TargetRuntime:
         expected = spec.scaling.expected_cold_start
         self.cold_starts = ColdStarts(assumed_cold_start if expected is None else expected)
         """What the recent cold starts took (whole and per stage): the ETA of the next one."""
+        self.queue = EngineQueue()
+        """The engine's own queue as the busy poll reads it, and the time one job takes there:
+        the API policy's load and predicted wait for this target while it is ready."""
         self.store: StateStore | None = None
         """Where what is learned survives a restart (set by the wiring; ``None``: forgotten)."""
         self._kept: Writer | None = None
