@@ -37,6 +37,13 @@ class Metrics:
         self.websockets_open = Gauge(
             "websockets_open", "Proxied websockets open", ["target"], namespace=ns, registry=r
         )
+        self.websockets_held = Gauge(
+            "websockets_held",
+            "Websockets held open for a target that is not ready (waiting.hold_websockets)",
+            ["target"],
+            namespace=ns,
+            registry=r,
+        )
         self.bytes = Counter(
             "bytes",
             "Body bytes proxied (in: from clients, out: to clients)",

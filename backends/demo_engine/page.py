@@ -2,7 +2,8 @@
 
 Every URL is relative (`prompt`, `view?...`, `static/app.js`, a websocket URL resolved against
 `location`), so the UI keeps working when a proxy serves the engine under a path prefix such as
-`/comfy/`.
+`/comfy/`. Like ComfyUI's frontend, the page shows a red "Reconnecting" banner (`#reconnecting`)
+while its websocket is down, and retries it every second.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ INDEX_HTML = """<!doctype html>
 <link rel="stylesheet" href="static/app.css">
 </head>
 <body>
+<div id="reconnecting" class="banner" role="alert" hidden>Reconnecting&hellip;</div>
 <main>
   <h1>warmgate demo engine</h1>
   <form id="form">
@@ -53,6 +55,9 @@ progress { width: 100%; height: 1rem; }
 figure { margin: 0; }
 #preview { width: 256px; height: 256px; image-rendering: pixelated; background: #8882; }
 #final { max-width: 512px; background: #8882; min-width: 256px; min-height: 256px; }
+.banner { position: fixed; top: 0; left: 0; right: 0; padding: .5rem 1rem; text-align: center;
+          background: #c62828; color: #fff; font-weight: 600; z-index: 10; }
+.banner[hidden] { display: none; }
 """
 
 APP_JS = """'use strict';
@@ -122,12 +127,18 @@ function onMessage(event) {
   if (msg.type === 'execution_error') finish('error: ' + d.exception_message);
 }
 
+// As ComfyUI's frontend does: a red banner while the websocket is down, retried every second.
 function connect() {
   const ws = new WebSocket(wsUrl());
   ws.binaryType = 'arraybuffer';
   ws.onmessage = onMessage;
-  ws.onopen = () => { if (!current) $('status').textContent = 'connected'; };
+  ws.onopen = () => {
+    $('reconnecting').hidden = true;
+    if (!current) $('status').textContent = 'connected';
+  };
+  ws.onerror = () => { $('reconnecting').hidden = false; };
   ws.onclose = () => {
+    $('reconnecting').hidden = false;
     $('status').textContent = 'disconnected, retrying';
     setTimeout(connect, 1000);
   };

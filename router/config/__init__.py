@@ -17,7 +17,7 @@ from router.config.economics import Economics
 from router.config.env import Environment, read_environment
 from router.config.load import load_config, parse_config
 from router.config.root import Config, HostPort, ServerSettings, logged_path
-from router.config.targets import Limits, Route, Scaling, Target, Timeouts
+from router.config.targets import Limits, Route, Scaling, Target, Timeouts, Waiting
 
 __all__ = [
     "ApiSettings",
@@ -37,6 +37,7 @@ __all__ = [
     "ServerSettings",
     "Target",
     "Timeouts",
+    "Waiting",
     "load_config",
     "logged_path",
     "parse_config",

@@ -82,6 +82,19 @@ class Limits(Frozen):
     latent; without a bound one client could make warmgate assemble gigabytes in memory."""
 
 
+class Waiting(Frozen):
+    """What waits for a target that is not ready, besides held requests and the waiting page."""
+
+    hold_websockets: bool | None = None
+    """A websocket upgrade to a target that is not ready (cold, parked, starting) is accepted
+    and held open silently, without waking the target; once a real request made it ready,
+    warmgate connects the engine's websocket with the same path and query and bridges the two.
+    A release or a park does not close it either: the tab's socket is held again until the
+    next start. Held, it is no activity, never wakes, and counts in ``scaling.max_held``.
+    Omitted: true for ``engine: comfyui`` (a tab retries its websocket and shows "Reconnecting"
+    until reloaded), false for the others, whose pages do not depend on one socket."""
+
+
 def _idle_after(value: object) -> object:
     return "auto" if value == "auto" else parse_duration(value)
 
@@ -183,6 +196,8 @@ class Target(Frozen):
     scaling: Scaling = Scaling()
     waiting_page: Literal["auto", "off"] = "auto"
     """``auto``: a browser page load to a cold target gets the waiting page at once."""
+    waiting: Waiting = Waiting()
+    """What else waits while the target is not ready: ``hold_websockets``."""
     park: Park = "auto"
     """How the target is parked, after ``scaling.park_after`` or when its pool needs room
     (docs/pools.md): ``auto``: the engine's own action (comfyui ``POST /free``; openai vLLM's sleep
@@ -195,6 +210,12 @@ class Target(Frozen):
     priority: int = 0
     """In its pool: among targets idle for the pool's ``yield_after``, the lowest priority is
     displaced first (then the longest idle). 0 by default: all equal."""
+
+    @property
+    def holds_websockets(self) -> bool:
+        """``waiting.hold_websockets``, or the engine's default (comfyui: yes)."""
+        hold = self.waiting.hold_websockets
+        return self.engine == "comfyui" if hold is None else hold
 
     @field_validator("routes")
     @classmethod

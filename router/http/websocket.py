@@ -171,7 +171,7 @@ async def forward_websocket(
     runtime.m_in_flight.inc()
     in_flight = True
     try:
-        upstream = await _connect(request, runtime, session, url, headers)
+        upstream = await connect_upstream(request, runtime, session, url, headers)
         if isinstance(upstream, web.Response):  # the engine refused the upgrade
             ended(upstream)
             return upstream
@@ -187,13 +187,16 @@ async def forward_websocket(
             runtime.m_in_flight.dec()
 
 
-async def _connect(
+async def connect_upstream(
     request: web.Request,
     runtime: Runtime,
     session: aiohttp.ClientSession,
     url: URL,
     headers: CIMultiDict[str],
 ) -> aiohttp.ClientWebSocketResponse | web.Response:
+    """The engine's websocket at ``url`` with the client's subprotocols and ``headers``; the
+    engine's refusal of the upgrade as the response to send instead. Raises
+    :class:`router.errors.RequestError` when the engine cannot be reached."""
     protocols = [
         p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
     ]

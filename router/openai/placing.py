@@ -98,7 +98,7 @@ class Placer:
                         state.since,
                         servable,
                         max(self.loads[target], activity.in_flight, queue),
-                        activity.held,
+                        rt.waiting(),
                         rt.spec.scaling.max_held,
                         self._predicted(rt),
                         state.retry_at,

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from backends.base import RequestFacts
@@ -24,6 +25,7 @@ from router.http.proxy import request_body, resend, respond, send
 from router.http.replies import STARTED, error_response, request_key
 from router.http.websocket import forward_websocket, is_websocket_upgrade
 from router.metrics import Metrics
+from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
 from router.scale.hold import HoldResult
 from router.scale.state import TargetState
@@ -93,6 +95,9 @@ class Dispatcher:
                 response = web.Response(status=308, headers={"Location": location})
                 return response
             websocket = is_websocket_upgrade(request)
+            if websocket and holds(runtime, request):  # accepted even while not ready
+                response = await self._held_websocket(request, runtime, match, started)
+                return response
             state = runtime.servable_now()
             cold_wait: float | None = None
             if state is None:  # cold: a browser loading a page gets the waiting page, or hold
@@ -249,10 +254,30 @@ class Dispatcher:
         cold_wait: float | None,
         started: float,
     ) -> web.StreamResponse:
+        path, headers = self._websocket_upstream(request, match)
+        url = URL(runtime.pick_endpoint(state) + path, encoded=True)
+        session = self.sessions[runtime.name]
+        ended = functools.partial(self._account, request, runtime, started)
+        return await forward_websocket(request, runtime, session, url, headers, cold_wait, ended)
+
+    async def _held_websocket(
+        self, request: web.Request, runtime: TargetRuntime, match: Match, started: float
+    ) -> web.StreamResponse:
+        """A websocket to a target that holds them (``waiting.hold_websockets``): bridged
+        while the target is ready, held open silently while it is not."""
+        path, headers = self._websocket_upstream(request, match)
+        ended = functools.partial(self._account, request, runtime, started)
+        held = HeldWebsocket(request, runtime, self.sessions[runtime.name], path, headers, ended)
+        return await held.serve()
+
+    def _websocket_upstream(
+        self, request: web.Request, match: Match
+    ) -> tuple[str, CIMultiDict[str]]:
+        """The upstream path with the client's query, and the headers of the engine's
+        websocket upgrade."""
         raw = request.raw_path
         mark = raw.find("?")
         query = raw[mark:] if mark >= 0 else ""
-        url = URL(runtime.pick_endpoint(state) + match.upstream_path + query, encoded=True)
         prefix = match.entry.prefix if match.entry.strip_prefix else None
         transport = request.transport
         peer = transport.get_extra_info("peername") if transport is not None else None
@@ -264,9 +289,7 @@ class Dispatcher:
             trust_forwarded=self.trust_forwarded,
             skip=WEBSOCKET_HANDSHAKE,
         )
-        session = self.sessions[runtime.name]
-        ended = functools.partial(self._account, request, runtime, started)
-        return await forward_websocket(request, runtime, session, url, headers, cold_wait, ended)
+        return match.upstream_path + query, headers
 
 
 ACCOUNTED: Final = request_key("warmgate_accounted", bool)

@@ -13,6 +13,7 @@ class Activity:
     __slots__ = (
         "busy_until",
         "held",
+        "held_sockets",
         "in_flight",
         "last_frame",
         "last_request",
@@ -28,6 +29,10 @@ class Activity:
         """Requests being forwarded (not held, not long-lived streams)."""
         self.held = 0
         """Requests waiting for the target to become ready; they want it, but are not activity."""
+        self.held_sockets = 0
+        """Websockets held open while the target is not ready (``waiting.hold_websockets``):
+        they count in ``max_held`` with ``held``, but never wake the target and are no
+        activity."""
         self.last_request = now
         """Loop time a request last started or finished."""
         self.last_frame = float("-inf")

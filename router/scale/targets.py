@@ -222,6 +222,10 @@ class TargetRuntime:
         is not abandoned for ``abandon_after`` from now."""
         self.activity.last_wanted = self.loop.time()
 
+    def waiting(self) -> int:
+        """What counts in ``max_held``: requests held, and websockets held open."""
+        return self.activity.held + self.activity.held_sockets
+
     def may_wake(self, facts: RequestFacts) -> bool:
         return self.engine.wakes(facts)
 
@@ -251,9 +255,7 @@ class TargetRuntime:
                 target=self.name,
                 retry_after=10.0,
             )
-        error = admission_error(
-            state, self.activity.held, self.spec.scaling.max_held, self.name, now
-        )
+        error = admission_error(state, self.waiting(), self.spec.scaling.max_held, self.name, now)
         if self.closing:
             raise shutting_down(self.name)  # the drain: no cold start begins
         if error is not None:
