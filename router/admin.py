@@ -52,7 +52,7 @@ async def targets(request: web.Request) -> web.Response:
             "held_websockets": activity.held_sockets,
             "idle_seconds": None if idle_since is None else round(max(0.0, now - idle_since), 3),
             # idle_after in force (learned for auto), what it was learned from, keep_warm
-            **runtime.idling.describe(runtime.predicted_cold_start()),
+            **runtime.idle_described(),
             # the parked tier and the GPU pool (docs/pools.md)
             "parking": state.parking,
             "waking": state.waking,

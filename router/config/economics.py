@@ -20,6 +20,17 @@ class Economics(Frozen):
     """USD one second of a person waiting for a cold start (or a wake) costs: about their
     hourly cost divided by 3600. 0.01: 36 USD an hour."""
 
+    parked_hour_usd: float = Field(default=0.2, ge=0)
+    """USD one hour parked costs (the engine's weights off the GPU, its process or pod kept:
+    host memory, and on a card the scheduler gave it whole, the card itself). 0.2: a tenth of
+    the default GPU-hour, for a workstation or a shared card whose VRAM the others use; set it
+    to ``gpu_hour_usd`` where parking frees no GPU. Moves ``park_after: auto`` and
+    ``idle_after: auto`` of a target that parks, and ``warmgate simulate``'s totals."""
+
     @property
     def gpu_second_usd(self) -> float:
         return self.gpu_hour_usd / 3600.0
+
+    @property
+    def parked_second_usd(self) -> float:
+        return self.parked_hour_usd / 3600.0

@@ -60,8 +60,9 @@ def park_problems(targets: Mapping[str, Target]) -> list[tuple[str, str]]:
                 (f"{at}.engine_options.sleep_mode", f"is for engine: openai (this one is "
                  f"{target.engine})")
             )  # fmt: skip
-        park_after = target.scaling.park_after
-        if park_after <= 0:
+        scaling = target.scaling
+        park_after = scaling.park_seconds
+        if park_after <= 0 and not scaling.park_auto:
             continue
         if target.park == "off":
             problems.append(
@@ -71,7 +72,16 @@ def park_problems(targets: Mapping[str, Target]) -> list[tuple[str, str]]:
             missing = no_auto_park(target.engine, target.engine_options)
             if missing is not None:
                 problems.append((f"{at}.scaling.park_after", missing))
-        scaling = target.scaling
+        if scaling.park_auto:  # learned within idle_bounds, before the release
+            if not scaling.idle_auto and scaling.idle_seconds <= scaling.idle_bounds[0]:
+                problems.append(
+                    (
+                        f"{at}.scaling.park_after",
+                        f"auto parks within idle_bounds, from {scaling.idle_bounds[0]:g}s: "
+                        f"no time is left before idle_after ({scaling.idle_seconds:g}s)",
+                    )
+                )
+            continue
         idle_after = scaling.idle_bounds[0] if scaling.idle_auto else scaling.idle_seconds
         if park_after >= idle_after:
             problems.append(

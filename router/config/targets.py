@@ -141,10 +141,17 @@ class Scaling(Frozen):
     since this long) is stopped, so a pod left Pending on a busy cluster does not take a GPU
     hours later with nobody there. 2 minutes: longer than a page reload or a client's retry,
     shorter than a batch job's wait for the GPU. 0: never abandoned."""
-    park_after: Duration = 0.0
+    park_after: IdleAfter = 0.0
     """Idle this long -> parked: the engine drops its weights from the GPU, its process (or pod)
     stays, and the next request waits about a second for a reload instead of a cold start
-    (docs/pools.md). 0 (the default): never parked for idleness; ``idle_after`` still stops it."""
+    (docs/pools.md). 0 (the default): never parked for idleness; ``idle_after`` still stops it.
+    ``auto``: learned from the same gaps as ``idle_after: auto``, priced with the wake instead
+    of the cold start, within ``idle_bounds`` (docs/simulate.md)."""
+    expected_wake: Duration | None = None
+    """Seconds a wake from parked is expected to take before warmgate has seen one of this
+    target (the waiting page's first ETA, the API policy's prediction, what ``park_after: auto``
+    prices a wake at, and a wake's length in ``warmgate simulate``). Omitted: 2 s, about a
+    reload of 8 GiB from host memory and a probe. Learned from the first wake on."""
 
     @field_validator("idle_bounds")
     @classmethod
@@ -169,6 +176,17 @@ class Scaling(Frozen):
     def idle_seconds(self) -> float:
         """The fixed ``idle_after``; for ``auto``, the upper bound it falls back to."""
         return self.idle_bounds[1] if isinstance(self.idle_after, str) else self.idle_after
+
+    @property
+    def park_auto(self) -> bool:
+        """``park_after: auto``: the value is learned (:mod:`router.scale.idle_policy`)."""
+        return self.park_after == "auto"
+
+    @property
+    def park_seconds(self) -> float:
+        """The fixed ``park_after`` (0: never parked for idleness); for ``auto``, the lower
+        bound it falls back to."""
+        return self.idle_bounds[0] if isinstance(self.park_after, str) else self.park_after
 
     @property
     def windows(self) -> tuple[Window, ...]:

@@ -113,7 +113,7 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "backend": spec.backend.kind,
         "engine": spec.engine,
         "idle_after": runtime.idle_after(),
-        "idle": runtime.idling.describe(runtime.predicted_cold_start()),
+        "idle": runtime.idle_described(),
         "eta": None if always_on else round(eta, 1),
         "cold_starts_today": [s.to_json() for s in src.today.starts_today(runtime.name)],
         "gpu_seconds_today": {

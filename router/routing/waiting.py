@@ -209,7 +209,7 @@ class WaitingPages:
         if runtime.spec.waiting_page != "auto" or not facts.is_navigation or facts.is_websocket:
             return None
         if runtime.may_wake(facts):
-            runtime.request_start()
+            runtime.request_start(waiting=True)
         return render(runtime)
 
     async def handle(self, request: web.Request) -> web.Response:

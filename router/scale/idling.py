@@ -1,7 +1,7 @@
-"""One target's idle rule at run time: the fixed ``idle_after`` or the learned one
-(:class:`router.scale.idle_policy.IdlePolicy`, fed with the gaps between bursts), and the
+"""One target's idle rule at run time: the fixed ``idle_after`` and ``park_after`` or the learned
+ones (:class:`router.scale.idle_policy.IdlePolicy`, fed with the gaps between bursts), and the
 ``keep_warm`` windows in which it is never released. The lifecycle reads it through
-:meth:`IdleRule.idle_after` and :meth:`IdleRule.kept_warm`; the runtime feeds it through
+:meth:`IdleRule.in_force` and :meth:`IdleRule.kept_warm`; the runtime feeds it through
 :meth:`IdleRule.resumed`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from router.config import Economics, Scaling
 from router.config.windows import Window
-from router.scale.idle_policy import IdlePolicy
+from router.scale.idle_policy import Ask, IdlePolicy, Waits, Windows
 
 log = logging.getLogger("warmgate.state")
 
@@ -67,18 +67,28 @@ class IdleRule:
         economics: Economics,
         loop: asyncio.AbstractEventLoop,
         wall: Callable[[], float] = time.time,
+        *,
+        parks: bool = False,
     ) -> None:
+        """``parks``: the target's engine has a park action (``park_after`` then applies)."""
         self.scaling = scaling
         self.loop = loop
         self.wall = wall
         """Epoch seconds now (the replay's virtual day in ``warmgate simulate``)."""
+        self.parks = parks and (scaling.park_auto or scaling.park_seconds > 0)
+        """The parked tier applies: an engine that parks, and ``park_after`` set."""
         self.policy = (
             IdlePolicy(
-                scaling.idle_bounds, economics.gpu_second_usd, economics.cold_wait_usd_per_second
+                scaling.idle_bounds,
+                economics.gpu_second_usd,
+                economics.cold_wait_usd_per_second,
+                economics.parked_second_usd,
             )
-            if scaling.idle_auto
+            if scaling.idle_auto or (self.parks and scaling.park_auto)
             else None
         )
+        self.waits = Waits()
+        """How many people wait through a start or a wake: what one costs in waiting."""
         self.windows = scaling.windows
         self.dirty = False
         """A gap was learned since the last save."""
@@ -87,11 +97,28 @@ class IdleRule:
         self._store: Store | None = None
         self._saving: asyncio.Task[None] | None = None
 
-    def idle_after(self, cold_start: float) -> float:
-        """Seconds idle before the release, now."""
+    def in_force(self, cold_start: float, wake: float = 2.0) -> Windows:
+        """``idle_after`` and ``park_after`` (0: never parked) in force, for a target whose
+        cold start takes ``cold_start`` seconds and a wake ``wake``."""
         if self.policy is None:
-            return self.scaling.idle_seconds
-        return self.policy.idle_after(cold_start)
+            park = self.scaling.park_seconds if self.parks else 0.0
+            return Windows(self.scaling.idle_seconds, park)
+        return self.policy.windows(self._ask(cold_start, wake))
+
+    def _ask(self, cold_start: float, wake: float) -> Ask:
+        scaling = self.scaling
+        return Ask(
+            cold_start,
+            wake,
+            parks=self.parks,
+            idle_after=None if scaling.idle_auto else scaling.idle_seconds,
+            park_after=None if scaling.park_auto else scaling.park_seconds,
+            waiters=self.waits.waiters,
+        )
+
+    def idle_after(self, cold_start: float, wake: float = 2.0) -> float:
+        """Seconds idle before the release."""
+        return self.in_force(cold_start, wake).idle_after
 
     def resumed(self, gap: float) -> None:
         """Activity began again after ``gap`` seconds idle (a request, a hold, a page)."""
@@ -145,14 +172,19 @@ class IdleRule:
             self._window_active, self._window_until = window_state(self.windows, wall)
         return self._window_active, now + (self._window_until - wall)
 
-    def describe(self, cold_start: float) -> dict[str, Any]:
+    def describe(self, cold_start: float, wake: float = 2.0) -> dict[str, Any]:
         """What ``/targets`` and the dashboard show of it."""
+        windows = self.in_force(cold_start, wake)
         out: dict[str, Any] = {
-            "idle_after": round(self.idle_after(cold_start), 3),
-            "idle_auto": self.policy is not None,
+            "idle_after": round(windows.idle_after, 3),
+            "idle_auto": self.scaling.idle_auto,
         }
+        if self.parks:
+            out["park_after"] = round(windows.park_after, 3)
+            out["park_auto"] = self.scaling.park_auto
         if self.policy is not None:
-            out["learned"] = self.policy.describe(cold_start)
+            ask = self._ask(cold_start, wake)
+            out["learned"] = self.policy.describe(ask)
         if self.windows:
             active, until = self.kept_warm()
             out["keep_warm"] = {

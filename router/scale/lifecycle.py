@@ -123,6 +123,7 @@ class Lifecycle:
             idle_since = self.others.idle_since(rt.name)
             may_release = self.keda or self.others.leading()
         kept_warm, self.window_change = rt.idling.kept_warm()
+        windows = rt.windows()
         turn, make_room, yield_after = None, None, 0.0
         if rt.pool is not None:  # whose turn it is on the target's GPU pool
             plan = rt.pool.plan()
@@ -144,9 +145,10 @@ class Lifecycle:
             fenced_until=self.fencing.fenced_until,
             last_wanted=rt.activity.last_wanted,
             abandonable=self.others is None and rt.state.since == self._began,
-            idle_after=rt.idle_after(),
+            idle_after=windows.idle_after,
+            park_after=windows.park_after,
             kept_warm=kept_warm,
-            can_park=parking(rt.engine) is not None,
+            can_park=rt.can_park,
             park_asked=rt.park_asked,
             turn=turn,
             make_room=make_room,

@@ -122,7 +122,7 @@ class Parking:
         rt, phases, now = self.rt, self.phases, self.now
         seconds = now - rt.state.since
         rt.metrics.wake_seconds.labels(rt.name).observe(seconds)
-        rt.wakes.record(seconds)
+        rt.record_wake(seconds)
         rt.activity.wanted_until = float("-inf")
         rt.activity.last_request = now
         self.accounting.restart()

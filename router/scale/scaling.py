@@ -86,6 +86,9 @@ class View:
     idle_after: float | None = None
     """Seconds idle before a release, as in force now (``idle_after: auto``: as learned);
     ``None``: the config's fixed value."""
+    park_after: float | None = None
+    """Seconds idle before a park, as in force now (``park_after: auto``: as learned; 0: never
+    parked for idleness); ``None``: the config's fixed value."""
     kept_warm: bool = False
     """Inside a ``scaling.keep_warm`` window: started ahead of use, never released for idleness."""
     can_park: bool = False
@@ -104,6 +107,10 @@ class View:
     @property
     def release_after(self) -> float:
         return self.scaling.idle_seconds if self.idle_after is None else self.idle_after
+
+    @property
+    def park_window(self) -> float:
+        return self.scaling.park_seconds if self.park_after is None else self.park_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +210,7 @@ def _park_or_release(v: View, now: float) -> Step:
     ``idle_after``; else wait for the first of the two."""
     assert v.idle_since is not None
     release = _idle_release(v, now, "")
-    park_after = v.scaling.park_after
+    park_after = v.park_window
     if release.act is Act.DRAIN or not v.can_park or not (park_after > 0 or v.park_asked):
         return release
     park_at = -math.inf if v.park_asked else v.idle_since + park_after

@@ -10,8 +10,9 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
-from backends.base import Backend, Engine, RequestFacts, StateStore
+from backends.base import Backend, Engine, RequestFacts, StateStore, parking
 from router.config import Economics, Target
 from router.errors import NoEndpoint, TargetAsleep
 from router.metrics import Metrics
@@ -19,6 +20,7 @@ from router.scale.activity import Activity
 from router.scale.engine_queue import EngineQueue
 from router.scale.eta import ColdStarts
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
+from router.scale.idle_policy import Windows
 from router.scale.idling import IdleRule
 from router.scale.persist import Writer
 from router.scale.pools import Seats
@@ -67,8 +69,10 @@ class TargetRuntime:
         )
         self.cell = StateCell(initial)
         self.activity = Activity(now)
-        self.idling = IdleRule(spec.scaling, economics or Economics(), loop)
-        """``idle_after`` (fixed or learned) and the ``keep_warm`` windows."""
+        self.can_park = parking(engine) is not None
+        """The engine has a park action (fixed by its config: asked once)."""
+        self.idling = IdleRule(spec.scaling, economics or Economics(), loop, parks=self.can_park)
+        """``idle_after`` and ``park_after`` (fixed or learned) and the ``keep_warm`` windows."""
         self.activity.on_resume = self._resumed
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
@@ -77,11 +81,14 @@ class TargetRuntime:
         self.on_first_hold: list[Callable[[], None]] = []
         self.pool: Seats | None = None
         """The GPU pool this target takes turns on (set by the wiring); ``None``: none."""
-        self.wakes = Wakes()
+        expected_wake = spec.scaling.expected_wake
+        self.wakes = Wakes() if expected_wake is None else Wakes(expected_wake)
         """The recent wakes from parked: what the next one is expected to take."""
         self.park_asked = False
         """A park was asked for (the dashboard): parked once idle; the lifecycle resets it."""
         """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
+        self._learned_to = now
+        """The end of the last burst whose following gap was learned (at first, the start)."""
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
@@ -133,26 +140,46 @@ class TargetRuntime:
         else:
             self.endpoint_load.pop(base, None)
 
+    def windows(self) -> Windows:
+        """``idle_after`` and ``park_after`` (0: never parked) in force now (``auto``: as
+        learned so far)."""
+        return self.idling.in_force(self.predicted_cold_start(), self.wakes.predicted())
+
     def idle_after(self) -> float:
         """Seconds idle before the release, now (``idle_after: auto``: as learned so far)."""
-        return self.idling.idle_after(self.predicted_cold_start())
+        return self.windows().idle_after
+
+    def park_after(self) -> float:
+        """Seconds idle before a park, now (0: never parked for idleness)."""
+        return self.windows().park_after
+
+    def idle_described(self) -> dict[str, Any]:
+        """The windows in force and what they were learned from (``/targets``, dashboard)."""
+        return self.idling.describe(self.predicted_cold_start(), self.wakes.predicted())
 
     def _resumed(self, now: float) -> None:
-        """Activity begins with none before it: the gap since the last burst ended is learned."""
+        """Activity begins with none before it: the gap since the last burst ended is learned,
+        once (a page load, then its render held, then in flight all end the same gap), and not
+        the first use's (the time since warmgate started is no gap between bursts)."""
         activity = self.activity
         if activity.held or activity.in_flight:
             return
         idle_since = activity.idle_since(self.spec.scaling.stream_activity_window)
-        if idle_since is not None:
-            self.idling.resumed(now - idle_since)
+        if idle_since is None or idle_since <= self._learned_to:
+            return
+        self._learned_to = idle_since
+        self.idling.resumed(now - idle_since)
 
     def servable_now(self) -> TargetState | None:
         state = self.cell.current
         return state if _servable(state) else None
 
-    def request_start(self) -> None:
-        """Start the target if it is cold, without holding a request for it."""
+    def request_start(self, *, waiting: bool = False) -> None:
+        """Start the target if it is cold, without holding a request for it. ``waiting``: a
+        person waits for it (the waiting page), which is what a start costs."""
         now = self.loop.time()
+        if waiting:
+            self.idling.waits.page(now)
         until = now + self.spec.scaling.cold_start_timeout
         if now >= self.activity.wanted_until:
             self._resumed(now)
@@ -169,8 +196,14 @@ class TargetRuntime:
         """Learn from one cold start (and its time per stage, where the backend told), and
         keep what was learned (``store``)."""
         self.cold_starts.record(seconds, stages)
+        self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
         if self._kept is not None:
             self._kept.put(self.cold_starts.to_json())
+
+    def record_wake(self, seconds: float) -> None:
+        """Learn from one wake from parked."""
+        self.wakes.record(seconds)
+        self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
 
     def predicted_cold_start(self, default: float | None = None) -> float:
         """Expected seconds from scale-up to ready: learned from the recent cold starts, else
@@ -276,6 +309,8 @@ class TargetRuntime:
                 self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop, self.closed
             )
             outcome = "ready"
+            if result.cold:  # what a start costs in waiting (idle_after: auto weighs it)
+                self.idling.waits.wait(result.waited)
             return result
         except Exception as exc:
             outcome = "timeout" if getattr(exc, "status", 0) == 504 else "failed"

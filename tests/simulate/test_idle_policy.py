@@ -13,7 +13,7 @@ import pytest
 from router.config import Economics, Scaling, parse_config
 from router.config.windows import parse_window
 from router.errors import ConfigError
-from router.scale.idle_policy import MIN_GAPS, IdlePolicy
+from router.scale.idle_policy import MIN_GAPS, Ask, IdlePolicy, Waits, Windows
 from router.scale.idling import IDLE_KEY, IdleRule, window_state
 
 GPU, WAIT = 2.0 / 3600, 0.01
@@ -154,3 +154,108 @@ def test_windows_in_their_zone() -> None:
     inside, until = window_state(windows, friday_5pm_berlin + 7200)
     monday = datetime.datetime(2025, 3, 10, 7, 30, tzinfo=datetime.UTC).timestamp()
     assert not inside and until == monday
+
+
+def test_park_after_auto_parks_early_when_a_wake_is_cheap() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT, parked_second_usd=0.2 / 3600)
+    for gap in [300.0] * 10 + [2400.0] * 5:
+        policy.observe(gap)
+    windows = policy.windows(Ask(60.0, wake=2.0, parks=True))
+    assert windows.park_after == 120.0  # a 2 s wake costs less than minutes of a card
+    assert windows.idle_after >= 2400.0  # parked is cheap: kept through the long gaps too
+    alone = policy.windows(Ask(60.0))
+    assert alone.park_after == 0.0 and alone.idle_after < 2400.0  # no parked tier: released
+
+
+def test_a_slow_wake_is_not_worth_parking_for_short_pauses() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT, parked_second_usd=0.2 / 3600)
+    for gap in [200.0] * 20 + [3000.0] * 2:
+        policy.observe(gap)
+    windows = policy.windows(Ask(600.0, wake=120.0, parks=True))
+    assert windows.park_after >= 200.0 or windows.park_after == 0.0
+
+
+def test_park_after_auto_falls_back_to_the_lower_bound_and_respects_a_fixed_idle_after() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    assert policy.windows(Ask(60.0, parks=True)) == Windows(3600.0, 120.0)
+    assert policy.windows(Ask(60.0, parks=True, idle_after=900.0)) == Windows(900.0, 120.0)
+    for gap in [300.0] * 10:
+        policy.observe(gap)
+    fixed = policy.windows(Ask(60.0, parks=True, idle_after=900.0))
+    assert fixed.idle_after == 900.0 and 120.0 <= fixed.park_after < 900.0
+    pinned = policy.windows(Ask(60.0, parks=True, park_after=60.0))  # under the lower bound
+    assert pinned.park_after == 60.0 and pinned.idle_after >= 300.0  # parked: cheap to keep
+
+
+def test_several_people_waiting_make_a_start_dearer() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for gap in [900.0] * 6 + [20_000.0] * 6:
+        policy.observe(gap)
+    alone = policy.windows(Ask(60.0)).idle_after
+    crowd = policy.windows(Ask(60.0, waiters=3.0)).idle_after
+    assert alone == 120.0 and crowd >= 900.0  # three people waiting: keep through the pauses
+
+
+def test_waits_are_learned_per_second_of_start() -> None:
+    waits = Waits()
+    assert waits.waiters == 1.0  # before any start: one person
+    waits.page(100.0)
+    waits.page(130.0)
+    waits.start(60.0, now=160.0)  # two pages waited 60 s and 30 s
+    waits.wait(40.0)  # and a held render 40 s
+    assert waits.waiters == pytest.approx(130.0 / 60.0, abs=0.01)
+    waits.page(0.0)
+    waits.start(60.0, now=1000.0, limit=300.0)  # a page left long ago is not counted
+    assert waits.waiters < 130.0 / 60.0
+
+
+async def test_the_runtime_learns_waits_from_its_holds_and_pages() -> None:
+    loop = asyncio.get_running_loop()
+    rule = IdleRule(Scaling(idle_after="auto"), Economics(), loop)
+    rule.waits.start(30.0, loop.time())
+    rule.waits.wait(90.0)
+    assert rule.describe(30.0)["learned"]["waiters"] == 3.0
+
+
+def test_config_accepts_park_after_auto_and_expected_wake() -> None:
+    config = parse_config(
+        {
+            "economics": {"parked_hour_usd": 0.5},
+            "targets": {
+                "t": {
+                    "engine": "comfyui",
+                    "routes": [{"path_prefix": "/"}],
+                    "backend": {"kind": "static", "url": "http://127.0.0.1:1"},
+                    "scaling": {"idle_after": "30m", "park_after": "auto", "expected_wake": "4s"},
+                }
+            },
+        }
+    )
+    scaling = config.targets["t"].scaling
+    assert scaling.park_auto and scaling.park_seconds == 120.0 and scaling.expected_wake == 4.0
+    assert config.economics.parked_second_usd == pytest.approx(0.5 / 3600)
+    assert not Scaling(park_after="5m").park_auto and Scaling(park_after="5m").park_seconds == 300
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ({"engine": "comfyui", "scaling": {"idle_after": "2m", "park_after": "auto"}}, "no time"),
+        ({"engine": "gradio", "scaling": {"park_after": "auto"}}, "park_after"),
+        ({"engine": "comfyui", "park": "off", "scaling": {"park_after": "auto"}}, "park: off"),
+        ({"engine": "comfyui", "scaling": {"park_after": "later"}}, "park_after"),
+    ],
+)
+def test_bad_park_after_auto_names_its_key(target: dict[str, Any], words: str) -> None:
+    data = {
+        "targets": {
+            "t": {
+                "routes": [{"path_prefix": "/"}],
+                "backend": {"kind": "static", "url": "http://127.0.0.1:1"},
+                **target,
+            }
+        }
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "w.yaml")
+    assert "targets.t.scaling.park_after" in str(caught.value) and words in str(caught.value)
