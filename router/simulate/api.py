@@ -17,6 +17,7 @@ from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, S
 from router.simulate.trace import Request
 
 if TYPE_CHECKING:
+    from router.scale.targets import TargetRuntime
     from router.simulate.run import Outcome, Replay
 
 _API_FACTS = RequestFacts(
@@ -56,6 +57,9 @@ class ApiPlacer:
                         rt.predicted_cold_start(self.policy.assumed_cold_start),
                         state.retry_at,
                         rt.may_wake(_API_FACTS),
+                        wake=rt.wakes.predicted(),
+                        waking=state.waking,
+                        pool_wait=_pool_wait(rt),
                     )
                 )
             elif p.cloud is not None and p.model is not None:
@@ -97,3 +101,13 @@ class ApiPlacer:
         await asyncio.sleep(self.replay.work(request))
         self.budget.settle(reservation, cloud.cost)
         return Outcome(request, "cloud", cloud_usd=cloud.cost, reason="cloud")
+
+
+def _pool_wait(runtime: TargetRuntime) -> str:
+    """What a start or wake would wait for in the target's full GPU pool with nothing in it
+    displaceable yet (the live API's rule, ``router.openai.placing``); empty when it would go."""
+    pool = runtime.pool
+    if pool is None or runtime.state.resident:
+        return ""
+    wait = pool.wait_if_wanted(runtime.name)
+    return wait.reason if wait is not None and not wait.victim else ""

@@ -3,19 +3,32 @@
 
 A start takes the cold start the replay was given (sampled per start), a stop the stop time;
 the engine is ready as soon as its endpoint is up and is busy while it works through its queue
-of renders. Which requests wake a target is the real engine's rule (``wake_on``, page loads)."""
+of renders. Which requests wake a target is the real engine's rule (``wake_on``, page loads).
+Where the real engine parks (:class:`backends.base.Parkable`), so does the simulated one: a
+park takes :data:`PARK_SECONDS`, a wake the wake time the replay was given (sampled per wake)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from backends.base import Engine, Observation, ObservationListener, RequestFacts, StreamActivity
+from backends.base import (
+    Engine,
+    Observation,
+    ObservationListener,
+    RequestFacts,
+    StreamActivity,
+    parking,
+)
 from backends.units import parse_duration
 
 _RANGE = re.compile(r"^\s*([^.\s]+)\s*\.\.\s*([^.\s]+)\s*$")
+PARK_SECONDS = 1.0
+"""A park: the engine frees its weights (ComfyUI's ``/free``, vLLM's ``/sleep``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +68,8 @@ class SimBackend:
         self._listener: ObservationListener | None = None
         self._up: asyncio.TimerHandle | None = None
         self.starts = 0
+        self.engine: SimEngine | None = None
+        """Its engine: a stopped process is no longer parked."""
 
     @property
     def always_on(self) -> bool:
@@ -90,6 +105,8 @@ class SimBackend:
         if not self._observation.running:
             return
         await asyncio.sleep(self.stop.draw(self.rng))
+        if self.engine is not None:
+            self.engine.parked = False
         self._publish(Observation())
 
     async def close(self) -> None:
@@ -99,13 +116,41 @@ class SimBackend:
 
 
 class SimEngine:
-    """Ready once up; busy while its queue of work runs; the real engine's wake rules."""
+    """Ready once up; busy while its queue of work runs; the real engine's wake rules; parked
+    and woken where the real engine has a park action."""
 
-    def __init__(self, real: Engine, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        real: Engine,
+        loop: asyncio.AbstractEventLoop,
+        wake: Duration | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.real = real
         self.loop = loop
         self.free_at = 0.0
         """Loop time at which the queued work is done (one GPU: renders run one at a time)."""
+        self.wake_time = wake or Duration(2.0, 2.0)
+        self.rng = rng or random.Random(0)
+        self._parks = parking(real) is not None
+        self.parked = False
+
+    @property
+    def parks(self) -> bool:
+        return self._parks
+
+    async def park(self, base_url: str) -> None:
+        await asyncio.sleep(PARK_SECONDS)
+        self.parked = True
+
+    async def wake(self, base_url: str) -> None:
+        """Returns once the weights are back (a wake's whole time), as vLLM's ``/wake_up``."""
+        if self.parked:
+            await asyncio.sleep(self.wake_time.draw(self.rng))
+        self.parked = False
+
+    async def is_parked(self, base_url: str) -> bool | None:
+        return self.parked
 
     def queue(self, seconds: float) -> float:
         """Queue ``seconds`` of GPU work; the loop time it will be done."""
@@ -129,3 +174,26 @@ class SimEngine:
 
     async def close(self) -> None:
         await self.real.close()
+
+
+class MemoryStore:
+    """A target's learned figures (the cold starts, ``idle_after: auto``'s histogram) kept
+    from one replay to the next, as a state file or a Deployment's annotations keep them
+    across restarts: replay last week into it, then this week starts from what it learned."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict[str, Any]] = {}
+
+    @property
+    def where(self) -> str:
+        return "the replay's memory"
+
+    async def load(self, key: str) -> dict[str, Any] | None:
+        document = self.documents.get(key)
+        return None if document is None else dict(document)
+
+    async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.documents.items() if k.startswith(prefix)}
+
+    async def save(self, key: str, document: Mapping[str, Any]) -> None:
+        self.documents[key] = dict(document)

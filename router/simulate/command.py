@@ -21,19 +21,25 @@ from router.simulate.variants import SWEEP, Variant, auto_idle, fixed_idle, vari
 
 
 def _options(args: argparse.Namespace) -> Options:
-    cold: dict[str, Duration] = {}
-    for spec in args.cold_start:
-        name, sep, value = spec.rpartition("=")
-        cold[name if sep else "*"] = Duration.parse(value)
     from backends.units import parse_duration
 
     return Options(
-        cold_start=cold,
+        cold_start=_per_target(args.cold_start),
+        wake=_per_target(args.wake),
         stop=Duration.parse(args.stop),
         seed=args.seed,
         tokens_per_second=args.tokens_per_second,
         tail=parse_duration(args.tail),
     )
+
+
+def _per_target(specs: list[str]) -> dict[str, Duration]:
+    """``[TARGET=]SPEC`` each: a duration per target, ``*`` for the others."""
+    out: dict[str, Duration] = {}
+    for spec in specs:
+        name, sep, value = spec.rpartition("=")
+        out[name if sep else "*"] = Duration.parse(value)
+    return out
 
 
 def _trace(args: argparse.Namespace) -> Trace:
@@ -157,7 +163,11 @@ def add_command(commands: Any) -> None:
     command.add_argument(
         "--compare", action="append", default=[], metavar="FILE", help="another config to compare"
     )
-    command.add_argument("--auto", action="store_true", help="also compare idle_after: auto")
+    command.add_argument(
+        "--auto",
+        action="store_true",
+        help="also compare idle_after: auto (and park_after: auto where a target parks)",
+    )
     command.add_argument(
         "--sweep",
         action="store_true",
@@ -170,6 +180,14 @@ def add_command(commands: Any) -> None:
         metavar="[TARGET=]SPEC",
         help="a start's duration: 60s, or 45s..90s drawn uniformly; default: the target's "
         "expected cold start, else 60s",
+    )
+    command.add_argument(
+        "--wake",
+        action="append",
+        default=[],
+        metavar="[TARGET=]SPEC",
+        help="a wake from parked: 2s, or 1s..3s drawn uniformly; default: the target's "
+        "expected_wake, else 2s",
     )
     command.add_argument("--stop", default="5s", help="a stop's duration (SPEC); default 5s")
     command.add_argument("--seed", type=int, default=1, help="for drawn durations; default 1")

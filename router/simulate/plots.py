@@ -35,17 +35,21 @@ def _pyplot() -> Any:
 
 
 def cumulative_cost(result: Result) -> tuple[list[float], list[float]]:
-    """(hours, USD so far): the GPU while held, each cold wait as it ends, each cloud call."""
+    """(hours, USD so far): the GPU while held (at the parked price while parked), each cold
+    wait as it ends, each cloud call."""
     economics = result.config.economics
     events: list[tuple[float, float, float]] = []  # (at, rate change USD/s, lump USD)
     for record in result.targets.values():
-        held = False
+        rate = 0.0
         for at, phase in record.phases:
-            now_held = phase in HELD_PHASES
-            if now_held != held:
-                rate = economics.gpu_second_usd * (1 if now_held else -1)
-                events.append((at, rate, 0.0))
-                held = now_held
+            now = 0.0
+            if phase == "parked":
+                now = economics.parked_second_usd
+            elif phase in HELD_PHASES:
+                now = economics.gpu_second_usd
+            if now != rate:
+                events.append((at, now - rate, 0.0))
+                rate = now
     for o in result.outcomes:
         lump = o.waited * economics.cold_wait_usd_per_second if o.cold else 0.0
         if lump or o.cloud_usd:

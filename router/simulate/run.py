@@ -2,12 +2,14 @@
 
 Each target is a real :class:`router.scale.targets.TargetRuntime` with its real
 :class:`router.scale.lifecycle.Lifecycle` (the pure ``decide``, transitions, drains, holds, the
-learned idle policy, ``keep_warm``), over a simulated backend and engine
-(:mod:`router.simulate.backends`). Each request of the trace arrives at its time and does what the
-dispatcher does with one: a page load to a cold target gets the waiting page (and the person waits
-for ready), any other request is held through :meth:`TargetRuntime.acquire`; then it is in
-flight for its work. API requests are placed by the real policy
-(:mod:`router.simulate.api`). Nothing listens on a port; a day replays in seconds."""
+learned idle policy, ``keep_warm``, parking and waking), over a simulated backend and engine
+(:mod:`router.simulate.backends`), in its GPU pool where it has one (the real
+:class:`router.scale.pool_runtime.PoolRuntime`: capacity, displacement, waits). Each request of
+the trace arrives at its time and does what the dispatcher does with one: a page load to a cold
+or parked target gets the waiting page (and the person waits for ready), any other request is
+held through :meth:`TargetRuntime.acquire`; then it is in flight for its work. API requests are
+placed by the real policy (:mod:`router.simulate.api`). Nothing listens on a port; a day replays
+in seconds."""
 
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from router.config import Config
 from router.errors import HoldTimeout, RequestError, TargetFailed
 from router.metrics import Metrics
 from router.scale.lifecycle import Lifecycle
+from router.scale.pool_runtime import PoolRuntime
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
-from router.simulate.backends import Duration, SimBackend, SimEngine
+from router.scale.wakes import EXPECTED_WAKE
+from router.simulate.backends import Duration, MemoryStore, SimBackend, SimEngine
 from router.simulate.clock import VirtualLoop
 from router.simulate.trace import Request, Trace
 
@@ -40,11 +44,16 @@ class Options:
     cold_start: Mapping[str, Duration] = field(default_factory=dict)
     """Per target (``*``: every other one); else the target's expected cold start, else 60 s."""
     stop: Duration = DEFAULT_STOP
+    wake: Mapping[str, Duration] = field(default_factory=dict)
+    """A wake from parked, per target (``*``: every other one); else the target's
+    ``scaling.expected_wake``, else 2 s."""
     seed: int = 1
     tokens_per_second: float = 40.0
     """An API request's ``tokens`` in GPU seconds when it runs locally (decode speed)."""
     tail: float = 7200.0
     """Seconds replayed after the last request: every configuration compared gets the same."""
+    stores: Mapping[str, MemoryStore] = field(default_factory=dict)
+    """Per target: what it learned before (a previous replay), and keeps learning into."""
 
 
 @dataclass(slots=True)
@@ -56,6 +65,8 @@ class Outcome:
     """Seconds waited for a cold start (or a wake) before the work began."""
     cold: bool = False
     """Met a cold start or a wake."""
+    met: str = ""
+    """``cold`` (a cold start) or ``wake`` (a wake from parked); empty: neither."""
     cloud_usd: float = 0.0
     reason: str = ""
 
@@ -70,9 +81,19 @@ class TargetRecord:
     seconds_in: dict[str, float] = field(default_factory=dict)
     """Seconds in each phase over the replay."""
     cold_starts: int = 0
+    parks: int = 0
+    wakes: int = 0
+    displaced: int = 0
+    """Parked or stopped to make room in its GPU pool."""
+    pool_waits: int = 0
+    """Starts or wakes that waited for room in its GPU pool."""
     idle_after: float = 0.0
     """``idle_after`` in force at the end (learned, for ``auto``)."""
+    park_after: float = 0.0
+    """``park_after`` in force at the end (0: never parked for idleness)."""
     learned: bool = False
+    gaps: int = 0
+    """Gaps between bursts ``auto`` learned from."""
 
 
 @dataclass(slots=True)
@@ -82,6 +103,15 @@ class Result:
     horizon: float
     targets: dict[str, TargetRecord]
     outcomes: list[Outcome]
+
+
+def wake_for(name: str, config: Config, options: Options) -> Duration:
+    given = options.wake.get(name) or options.wake.get("*")
+    if given is not None:
+        return given
+    expected = config.targets[name].scaling.expected_wake
+    seconds = EXPECTED_WAKE if expected is None else expected
+    return Duration(seconds, seconds)
 
 
 def cold_start_for(name: str, config: Config, options: Options) -> Duration:
@@ -134,15 +164,21 @@ class Replay:
             backend = SimBackend(
                 name, cold_start_for(name, config, self.options), self.options.stop, self.rng
             )
-            engine = SimEngine(make_engine(target.engine_spec(config.base_dir)), loop)
+            real = make_engine(target.engine_spec(config.base_dir))
+            engine = SimEngine(real, loop, wake_for(name, config, self.options), self.rng)
+            backend.engine = engine
             runtime = TargetRuntime(
                 name, target, backend, engine, self.metrics, loop, config.economics
             )
             runtime.idling.wall = self.wall
+            runtime.store = self.options.stores.get(name)
             record = TargetRecord(phases=[(0.0, runtime.state.phase.value)])
             runtime.cell.subscribe(self._recorder(record))
             self.runtimes[name], self.engines[name], self.records[name] = runtime, engine, record
             lifecycles.append(Lifecycle(runtime))
+        for pool, spec in config.pools.items():  # as the wiring does: each member knows its pool
+            members = [self.runtimes[n] for n, t in config.targets.items() if t.pool == pool]
+            PoolRuntime(pool, spec, members, self.metrics, loop)
         return lifecycles
 
     def _recorder(self, record: TargetRecord) -> Callable[[TargetState, TargetState], None]:
@@ -160,8 +196,8 @@ class Replay:
 
         self.api = ApiPlacer(self) if self.config.models else None
         self._pending = len(self.trace.requests)
-        for request in self.trace.requests:
-            self.loop.call_at(request.at, self._spawn, request)
+        if self.trace.requests:  # one timer at a time: the loop's heap stays small
+            self.loop.call_at(self.trace.requests[0].at, self._spawn, 0)
         horizon = self.trace.duration + self.options.tail
         if self._pending:
             await self._done.wait()
@@ -177,9 +213,15 @@ class Replay:
         self._finish(horizon)
         return Result(self.label, self.config, horizon, self.records, self.outcomes)
 
-    def _spawn(self, request: Request) -> None:
-        task = self.loop.create_task(self._one(request))
-        task.add_done_callback(self._finished)
+    def _spawn(self, i: int) -> None:
+        """Request ``i`` arrives (and every other due now); the next one is due at its time."""
+        requests, now = self.trace.requests, self.loop.time()
+        while i < len(requests) and requests[i].at <= now:
+            task = self.loop.create_task(self._one(requests[i]))
+            task.add_done_callback(self._finished)
+            i += 1
+        if i < len(requests):
+            self.loop.call_at(requests[i].at, self._spawn, i)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending -= 1
@@ -221,8 +263,10 @@ class Replay:
             is_navigation=page,
         )
         cold = False
+        met = ""
         if runtime.servable_now() is None:
             cold = True
+            met = "wake" if runtime.state.phase is Phase.PARKED else "cold"
             try:
                 if page and runtime.spec.waiting_page == "auto":
                     await self._waiting_page(runtime, facts)
@@ -230,7 +274,7 @@ class Replay:
                     await runtime.acquire(facts)
             except RequestError as exc:
                 waited = self.loop.time() - arrived
-                return Outcome(request, "failed", waited, cold, reason=exc.code)
+                return Outcome(request, "failed", waited, cold, met, reason=exc.code)
         waited = self.loop.time() - arrived
         engine = self.engines[runtime.name]
         until = engine.queue(work) if request.kind != "page" else self.loop.time() + work
@@ -239,13 +283,13 @@ class Replay:
             await asyncio.sleep(max(0.0, until - self.loop.time()))
         finally:
             runtime.activity.end(self.loop.time())
-        return Outcome(request, "local", waited, cold)
+        return Outcome(request, "local", waited, cold, met)
 
     async def _waiting_page(self, runtime: TargetRuntime, facts: RequestFacts) -> None:
         """The waiting page: the start asked for, the person waits until the target serves
         (the page reloads itself then), up to the cold start timeout."""
         if runtime.may_wake(facts):
-            runtime.request_start()
+            runtime.request_start(waiting=True)
         elif runtime.state.phase is not Phase.STARTING:
             await runtime.acquire(facts)  # raises: this request does not wake it
         before = runtime.state
@@ -271,11 +315,25 @@ class Replay:
                     "warmgate_gpu_seconds_total", {"target": name, "state": kind}
                 )
                 setattr(record, kind, value or 0.0)
-            starts = registry.get_sample_value("warmgate_cold_starts_total", {"target": name})
-            record.cold_starts = int(starts or 0)
+
+            def count(metric: str, target: str = name, **labels: str) -> int:
+                return int(registry.get_sample_value(metric, {"target": target, **labels}) or 0)
+
+            record.cold_starts = count("warmgate_cold_starts_total")
+            record.parks = count("warmgate_parks_total")
+            record.wakes = count("warmgate_wake_seconds_count")
+            pool = runtime.spec.pool
+            if pool is not None:
+                record.displaced = sum(
+                    count("warmgate_pool_displacements_total", pool=pool, how=how)
+                    for how in ("park", "stop")
+                )
+                record.pool_waits = count("warmgate_pool_waits_total", pool=pool)
             spans = [*record.phases, (horizon, "end")]
             for (at, phase), (end, _) in itertools.pairwise(spans):
                 record.seconds_in[phase] = record.seconds_in.get(phase, 0.0) + (end - at)
             record.idle_after = runtime.idle_after()
+            record.park_after = runtime.park_after()
             policy = runtime.idling.policy
             record.learned = policy is not None and policy.learned
+            record.gaps = 0 if policy is None else policy.gaps

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from backends.units import format_duration
-from router.config import Config, parse_config
+from router.config import Config, Scaling, parse_config
 from router.errors import ConfigError
 
 SWEEP = (120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0)
@@ -93,15 +93,30 @@ def fixed_idle(base: Variant, seconds: float) -> Variant:
 
 
 def auto_idle(base: Variant) -> Variant:
-    return _with_scaling(base, "idle_after=auto", idle_after="auto")
+    """``base`` with every target's ``idle_after: auto``, and ``park_after: auto`` where it
+    parks (``park_after`` set)."""
+    parks = any(t.scaling.park_seconds > 0 for t in base.config.targets.values())
+    label = "idle_after=auto" + (" park_after=auto" if parks else "")
+
+    def change(scaling: Scaling) -> dict[str, Any]:
+        parked = {"park_after": "auto"} if scaling.park_seconds > 0 else {}
+        return {"idle_after": "auto", **parked}
+
+    return _with_scaling(base, label, change)
 
 
-def _with_scaling(base: Variant, label: str, **changes: Any) -> Variant:
+def _with_scaling(
+    base: Variant,
+    label: str,
+    change: Callable[[Scaling], dict[str, Any]] | None = None,
+    **changes: Any,
+) -> Variant:
     config = base.config
-    targets = {
-        name: target.model_copy(update={"scaling": target.scaling.model_copy(update=changes)})
-        for name, target in config.targets.items()
-    }
+    targets = {}
+    for name, target in config.targets.items():
+        update = {**changes, **(change(target.scaling) if change is not None else {})}
+        scaling = target.scaling.model_copy(update=update)
+        targets[name] = target.model_copy(update={"scaling": scaling})
     return Variant(label, config.model_copy(update={"targets": targets}))
 
 

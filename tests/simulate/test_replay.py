@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import yaml
 
 from router.cli import main
 from router.config import parse_config
-from router.simulate.backends import Duration
+from router.simulate.backends import Duration, MemoryStore
 from router.simulate.report import summarize
 from router.simulate.run import Options, replay
 from router.simulate.trace import parse
@@ -56,6 +57,25 @@ def test_auto_learns_from_the_gaps() -> None:
     record = result.targets["t"]
     assert record.learned and 400.0 <= record.idle_after < 600.0
     assert record.cold_starts == 2  # the first, and after the long gap only
+
+
+def test_the_idleness_before_the_first_use_is_no_gap() -> None:
+    trace = parse(_bursts([400.0, 400.0, 0.0]))  # the first request 1 h after the start
+    result = replay(parse_config(_config(idle_after="auto")), trace, OPTIONS)
+    assert result.targets["t"].gaps == 2
+
+
+def test_what_was_learned_is_kept_for_the_next_replay() -> None:
+    config = parse_config(_config(idle_after="auto"))
+    week = parse(_bursts([400.0] * 12 + [0.0]))
+    day = parse(_bursts([2000.0, 0.0]))  # a gap a fixed upper bound (1h) keeps through
+    assert replay(config, day, OPTIONS).targets["t"].cold_starts == 1  # nothing learned yet
+    store = MemoryStore()
+    options = dataclasses.replace(OPTIONS, stores={"t": store})
+    replay(config, week, options)
+    assert store.documents["idle"]["gaps"] == 12 and store.documents["cold-start"]
+    record = replay(config, day, options).targets["t"]
+    assert record.learned and record.cold_starts == 2  # released within the 2000 s gap
 
 
 def test_keep_warm_starts_ahead_and_never_releases() -> None:
