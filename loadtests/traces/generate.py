@@ -1,13 +1,15 @@
 """Seeded request traces for ``warmgate simulate`` in three shapes, and a busy day for speed.
 
-    python -m loadtests.traces.generate office [--days 3] [--seed 1] [--target comfyui] > o.csv
+    python -m loadtests.traces.generate office [--days 5] [--people 4] [--seed 1] \
+        [--target comfyui] > o.csv
     python -m loadtests.traces.generate evening [--days 5]
     python -m loadtests.traces.generate hobby   [--days 7]
     python -m loadtests.traces.generate busy    (one day of 10,000 requests)
 
-- **office**: a team of two on weekdays from about 08:30. Each works in sessions (a page load,
-  then a render every 20 s to 2 min, a pause of 3-8 minutes now and then); the team meets once
-  or twice a day (45-90 minutes, nobody renders) and goes to lunch around 12:15 for an hour.
+- **office**: a lab of four on weekdays (loadtests/traces/office.py): each person from 08:00-09:30
+  for 8-9.5 hours, render sessions (iterating: a render, a look, a change, seconds to minutes
+  apart) between other work, coffee breaks, meetings of their own and the team's (30-60
+  minutes), and lunch together around 12:00-12:30.
 - **evening**: one creator after work, 19:00-23:30, in bursts of 15-40 minutes (renders every
   10-60 s, some of them videos of a minute or two) with 25-90 minutes between them.
 - **hobby**: a sparse week: on about half the days one or two sessions of 10-40 minutes at a
@@ -24,6 +26,7 @@ import random
 import sys
 from collections.abc import Callable
 
+from loadtests.traces.office import office
 from router.simulate.trace import DEFAULT_START, Request, write
 
 DAY = 86400.0
@@ -51,39 +54,6 @@ def _session(
         t += rng.uniform(*every)
         if rng.random() < pauses:
             t += rng.uniform(180, 480)
-    return rows
-
-
-def office(rng: random.Random, days: int) -> list[Row]:
-    rows: list[Row] = []
-    for d in range(days):
-        if d % 7 >= 5:
-            continue  # the weekend
-        base = d * DAY
-        lunch = base + 12.25 * 3600 + rng.uniform(-900, 900)
-        meetings = sorted(
-            base + rng.choice((10.0, 10.5, 11.0, 14.5, 15.0, 16.0)) * 3600
-            for _ in range(rng.choice((1, 2)))
-        )
-        busy = [(lunch, lunch + rng.uniform(3000, 4200))]
-        busy += [(m, m + rng.uniform(2700, 5400)) for m in meetings]
-        for _person in range(2):
-            t = base + 8.5 * 3600 + rng.uniform(-1200, 2400)
-            leave = base + 17.5 * 3600 + rng.uniform(-1800, 3600)
-            while t < leave:
-                length = rng.uniform(900, 3600)
-                end = min(leave, t + length)
-                for b0, b1 in busy:  # a session stops for lunch and meetings
-                    if t < b0 < end:
-                        end = b0
-                    if b0 <= t < b1:
-                        t, end = b1 + rng.uniform(60, 600), min(leave, b1 + length)
-                if end > t:
-                    rows += _session(rng, t, end, (20, 120), pauses=0.03)
-                t = end + rng.uniform(60, 300)
-                for b0, b1 in busy:
-                    if b0 <= t < b1:
-                        t = b1 + rng.uniform(60, 600)
     return rows
 
 
@@ -121,7 +91,7 @@ def busy(rng: random.Random, days: int = 1, requests: int = 10_000) -> list[Row]
 
 
 SHAPES: dict[str, tuple[Callable[[random.Random, int], list[Row]], int]] = {
-    "office": (office, 3),
+    "office": (office, 5),
     "evening": (evening, 5),
     "hobby": (hobby, 7),
     "busy": (busy, 1),
@@ -130,10 +100,16 @@ SHAPES: dict[str, tuple[Callable[[random.Random, int], list[Row]], int]] = {
 
 
 def generate(
-    shape: str, seed: int = 1, days: int | None = None, target: str = "comfyui"
+    shape: str,
+    seed: int = 1,
+    days: int | None = None,
+    target: str = "comfyui",
+    people: int | None = None,
 ) -> list[Request]:
+    """``people``: the office's lab (default 4); the other shapes have one person."""
     make, default_days = SHAPES[shape]
-    rows = sorted(make(random.Random(seed), days or default_days))
+    rng, days = random.Random(seed), days or default_days
+    rows = sorted(office(rng, days, people) if shape == "office" and people else make(rng, days))
     return [
         Request(round(at, 3), target, None, kind, round(work, 3), None, False, i + 2)
         for i, (at, kind, work) in enumerate(rows)
@@ -144,10 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--days", type=int, help="default: office 3, evening 5, hobby 7, busy 1")
+    ap.add_argument("--days", type=int, help="default: office 5, evening 5, hobby 7, busy 1")
+    ap.add_argument("--people", type=int, help="office: the lab's size (default 4)")
     ap.add_argument("--target", default="comfyui")
     a = ap.parse_args(argv)
-    write(generate(a.shape, a.seed, a.days, a.target), DEFAULT_START.timestamp(), sys.stdout)
+    requests = generate(a.shape, a.seed, a.days, a.target, a.people)
+    write(requests, DEFAULT_START.timestamp(), sys.stdout)
     return 0
 
 
