@@ -285,9 +285,11 @@ class IdlePolicy:
         self._answers.clear()
         return True
 
-    def describe(self, ask: Ask) -> dict[str, Any]:
+    def describe(self, ask: Ask | float) -> dict[str, Any]:
         """What ``/targets`` and the dashboard show: the windows in force and what they were
-        learned from."""
+        learned from (a number: the cold start of a target without the parked tier)."""
+        if not isinstance(ask, Ask):
+            ask = Ask(float(ask))
         windows = self.windows(ask)
         out: dict[str, Any] = {
             "idle_after": round(windows.idle_after, 3),

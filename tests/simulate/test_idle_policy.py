@@ -60,6 +60,7 @@ def test_json_round_trip_and_unknown_forms() -> None:
     again = IdlePolicy((120.0, 3600.0), GPU, WAIT)
     assert again.load_json(policy.to_json())
     assert again.learned and again.idle_after(60.0) == policy.idle_after(60.0)
+    assert again.describe(60.0)["idle_after"] == round(policy.idle_after(60.0), 3)
     assert not again.load_json({"version": 99})
     assert not again.load_json({"version": 1, "ratio": 1.08, "gaps": 3, "bins": {"x": 1}})
 
