@@ -163,11 +163,10 @@ async def forward_websocket(
     (accounted by the caller) when the upstream cannot be reached."""
     activity = runtime.activity
     mode = runtime.engine.stream_activity(url.path)
-    # From the upgrade on, the GPU must stay up for it: in flight while its upstream connects.
-    if mode == "open":  # and activity for its whole life
-        activity.begin(runtime.loop.time())
-    else:  # a tab reconnecting its socket is no use of the GPU: the idle clock stays as it is
-        activity.rejoin()
+    # From the upgrade on, the GPU must stay up for it: in flight while its upstream connects;
+    # activity only where the engine counts its sockets open (a tab reconnecting is no use).
+    counts = mode == "open"
+    activity.begin(runtime.loop.time(), counts=counts)
     runtime.m_in_flight.inc()
     in_flight = True
     try:
@@ -175,15 +174,15 @@ async def forward_websocket(
         if isinstance(upstream, web.Response):  # the engine refused the upgrade
             ended(upstream)
             return upstream
-        if mode != "open":  # counted by its frames (or not at all) once it is up
-            activity.end(runtime.loop.time())
+        if not counts:  # counted by its frames (or not at all) once it is up
+            activity.end(runtime.loop.time(), counts=False)
             runtime.m_in_flight.dec()
             in_flight = False
-        counts = mode in ("frames", "jobs")  # a websocket is not watched for jobs
-        return await _run(request, runtime, upstream, cold_wait, counts, ended)
+        by_frames = mode in ("frames", "jobs")  # a websocket is not watched for jobs
+        return await _run(request, runtime, upstream, cold_wait, by_frames, ended)
     finally:
         if in_flight:
-            activity.end(runtime.loop.time())
+            activity.end(runtime.loop.time(), counts=counts)
             runtime.m_in_flight.dec()
 
 

@@ -209,15 +209,13 @@ class HeldWebsocket:
         url = URL(endpoint + self.path, encoded=True)
         if not counted:
             return await connect_upstream(self.request, rt, self.session, url, self.headers)
-        if self.open_mode:
-            rt.activity.begin(rt.loop.time())
-        else:  # a tab reconnecting its socket is no use of the GPU: the idle clock stays
-            rt.activity.rejoin()
+        # A tab reconnecting its socket is no use of the GPU: the idle clock stays.
+        rt.activity.begin(rt.loop.time(), counts=self.open_mode)
         rt.m_in_flight.inc()
         try:
             return await connect_upstream(self.request, rt, self.session, url, self.headers)
         finally:
-            rt.activity.end(rt.loop.time())
+            rt.activity.end(rt.loop.time(), counts=self.open_mode)
             rt.m_in_flight.dec()
 
     async def _connect_ready(

@@ -54,14 +54,22 @@ class Activity:
         self.quiet_ends = 0
         """Ends still to come that are no activity (see :meth:`rejoin`)."""
 
-    def begin(self, now: float) -> None:
+    def begin(self, now: float, *, counts: bool = True) -> None:
+        """A request in flight. ``counts=False``: in flight (no release meanwhile) but no use of
+        the GPU: neither it nor its :meth:`end` moves the idle clock (a tab's websocket while
+        its upstream connects, where the engine counts its sockets by their frames)."""
+        if not counts:
+            self.in_flight += 1
+            return
         if self.in_flight == 0 and self.on_resume is not None:
             self.on_resume(now)
         self.in_flight += 1
         self.last_request = now
 
-    def end(self, now: float) -> None:
+    def end(self, now: float, *, counts: bool = True) -> None:
         self.in_flight -= 1
+        if not counts:
+            return
         if self.quiet_ends > 0:
             self.quiet_ends -= 1
         else:
