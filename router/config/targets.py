@@ -96,7 +96,22 @@ class Waiting(Frozen):
 
 
 def _idle_after(value: object) -> object:
-    return "auto" if value == "auto" else parse_duration(value)
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(f"expected a duration such as 30s, 5m, or auto, got {value!r}") from None
+
+
+def _bounds(value: object) -> object:
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return value
+    raise ValueError(f"expected [lower, upper] such as [2m, 1h], got {value!r}")
+
+
+def _one_or_more(value: object) -> object:
+    return [value] if isinstance(value, str) else value  # one window needs no list
 
 
 IdleAfter = Annotated[float | Literal["auto"], BeforeValidator(_idle_after)]
@@ -109,14 +124,15 @@ class Scaling(Frozen):
     their render does not lose the warm model; an abandoned tab frees the card within the hour.
     ``auto``: learned from this target's own gaps between bursts of use, within
     ``idle_bounds`` (docs/simulate.md)."""
-    idle_bounds: tuple[Duration, Duration] = (120.0, 3600.0)
+    idle_bounds: Annotated[tuple[Duration, Duration], BeforeValidator(_bounds)] = (120.0, 3600.0)
     """``[lower, upper]`` for ``idle_after: auto``: it never learns a value outside them, and
     holds the upper one until it has seen enough gaps. 2 minutes: less releases the card between
     two renders; 1 hour: more holds a card all afternoon for one more render."""
-    keep_warm: tuple[str, ...] = ()
+    keep_warm: Annotated[tuple[str, ...], BeforeValidator(_one_or_more)] = ()
     """Time windows (``"Mon-Fri 08:30-18:00 Europe/Berlin"``: days, local time span, IANA zone,
     UTC when omitted) during which the target is started ahead of use and never released for
-    idleness. None by default: a GPU is held only for work."""
+    idleness; one window may be given as a string. None by default: a GPU is held only for
+    work."""
     cold_start_timeout: Duration = 300.0
     """Longest a request is held for a cold start; heavy render images take ~2 minutes."""
     max_held: int = Field(default=1000, ge=1)

@@ -25,6 +25,10 @@ from backends.base import (
     parking,
 )
 from backends.units import parse_duration
+from router.config import Config
+from router.scale.eta import ColdStarts
+from router.scale.persist import FileStore, decode
+from router.scale.targets import LEARNED
 
 _RANGE = re.compile(r"^\s*([^.\s]+)\s*\.\.\s*([^.\s]+)\s*$")
 PARK_SECONDS = 1.0
@@ -197,3 +201,36 @@ class MemoryStore:
 
     async def save(self, key: str, document: Mapping[str, Any]) -> None:
         self.documents[key] = dict(document)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A target's cold starts as ``warmgate serve`` measured and kept them (``state_dir``)."""
+
+    duration: Duration
+    """Drawn uniformly between the shortest and the longest kept."""
+    starts: int
+    where: str
+
+
+def measured_cold_starts(config: Config) -> dict[str, Measured]:
+    """Per target: the cold starts the live server kept in ``config``'s ``state_dir``
+    (``<target>.cold-start.json``, the last twenty), where there are any. A cluster's are on
+    its Deployments, out of a replay's reach."""
+    directory = config.state_path
+    out: dict[str, Measured] = {}
+    if directory is None:
+        return out
+    for name in config.targets:
+        path = FileStore(directory, f"{name}.").path(LEARNED)
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            continue
+        document = decode(raw, str(path))
+        starts = ColdStarts(0.0)
+        if document is None or not starts.restore(document) or not starts.history:
+            continue
+        seen = list(starts.history)
+        out[name] = Measured(Duration(min(seen), max(seen)), len(seen), str(path))
+    return out

@@ -13,10 +13,10 @@ from typing import Any
 
 from router.config import Environment
 from router.simulate.accesslog import convert
-from router.simulate.backends import Duration
+from router.simulate.backends import Duration, measured_cold_starts
 from router.simulate.report import Summary, summarize, table, write_csv
 from router.simulate.run import Options, Result, replay
-from router.simulate.trace import DEFAULT_START, Trace, TraceError, read, write
+from router.simulate.trace import DEFAULT_START, Trace, TraceError, check_names, read, write
 from router.simulate.variants import SWEEP, Variant, auto_idle, fixed_idle, variant
 
 
@@ -31,6 +31,24 @@ def _options(args: argparse.Namespace) -> Options:
         tokens_per_second=args.tokens_per_second,
         tail=parse_duration(args.tail),
     )
+
+
+def _measured(options: Options, base: Variant) -> Options:
+    """The cold starts the live server kept for the targets --cold-start does not name."""
+    from dataclasses import replace
+
+    given = options.cold_start
+    found = {
+        name: m
+        for name, m in measured_cold_starts(base.config).items()
+        if name not in given and "*" not in given
+    }
+    for name, m in found.items():
+        print(
+            f"{name}: a cold start takes {m.duration} as measured ({m.starts} kept in {m.where})",
+            file=sys.stderr,
+        )
+    return replace(options, measured={name: m.duration for name, m in found.items()})
 
 
 def _per_target(specs: list[str]) -> dict[str, Duration]:
@@ -73,6 +91,11 @@ def run(args: argparse.Namespace, environment: Environment) -> int:
     except (TraceError, ValueError, OSError) as exc:
         print(f"warmgate simulate: {exc}", file=sys.stderr)
         return 2
+    if trace.ignored:
+        print(
+            f"{trace.source}: columns read past: {', '.join(map(repr, trace.ignored))}",
+            file=sys.stderr,
+        )
     if args.write_trace:
         with open(args.write_trace, "w", encoding="utf-8", newline="") as handle:
             write(trace.requests, trace.start, handle)
@@ -86,6 +109,13 @@ def run(args: argparse.Namespace, environment: Environment) -> int:
     variants = [base] + [variant(path, args.set) for path in args.compare]
     if args.auto:
         variants.append(auto_idle(base))
+    try:
+        for path, v in zip([args.config, *args.compare], variants, strict=False):
+            check_names(trace, v.config.targets, v.config.models, path)
+    except TraceError as exc:
+        print(f"warmgate simulate: {exc}", file=sys.stderr)
+        return 2
+    options = _measured(options, base)
     results: list[Result] = []
     summaries: list[Summary] = []
     began = time.perf_counter()
@@ -178,8 +208,8 @@ def add_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="[TARGET=]SPEC",
-        help="a start's duration: 60s, or 45s..90s drawn uniformly; default: the target's "
-        "expected cold start, else 60s",
+        help="a start's duration: 60s, or 45s..90s drawn uniformly; default: the starts "
+        "warmgate serve measured (state_dir), else the target's expected cold start, else 60s",
     )
     command.add_argument(
         "--wake",

@@ -42,7 +42,10 @@ HELD_PHASES = ("starting", "ready", "draining", "parked")
 @dataclass(frozen=True, slots=True)
 class Options:
     cold_start: Mapping[str, Duration] = field(default_factory=dict)
-    """Per target (``*``: every other one); else the target's expected cold start, else 60 s."""
+    """Per target (``*``: every other one); else what the live server measured
+    (``measured``), else the target's expected cold start, else 60 s."""
+    measured: Mapping[str, Duration] = field(default_factory=dict)
+    """Per target: the cold starts ``warmgate serve`` measured and kept (``state_dir``)."""
     stop: Duration = DEFAULT_STOP
     wake: Mapping[str, Duration] = field(default_factory=dict)
     """A wake from parked, per target (``*``: every other one); else the target's
@@ -118,6 +121,8 @@ def cold_start_for(name: str, config: Config, options: Options) -> Duration:
     given = options.cold_start.get(name) or options.cold_start.get("*")
     if given is not None:
         return given
+    if name in options.measured:
+        return options.measured[name]
     expected = getattr(config.targets[name].scaling, "expected_cold_start", None)
     if isinstance(expected, int | float) and expected > 0:
         return Duration(float(expected), float(expected))
@@ -233,7 +238,7 @@ class Replay:
             self._done.set()
 
     async def _one(self, request: Request) -> None:
-        if request.kind == "api" and request.model is not None:
+        if request.model is not None:  # a model's request goes through the API, as it does live
             if self.api is None or request.model not in self.config.models:
                 self.outcomes.append(Outcome(request, "rejected", reason="unknown model"))
                 return

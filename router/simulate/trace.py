@@ -2,9 +2,9 @@
 
 Columns: ``time`` (ISO 8601, or seconds from the start), ``target`` or ``model`` (one of them per
 line), ``kind`` (``page``, ``render``, ``api``), ``work_seconds`` (GPU time the request keeps the
-engine busy) or ``tokens`` (an API request's output tokens), and optionally ``private``. A bad line
-raises :class:`TraceError` naming the file, the line number and the field. Pure: text in,
-requests out."""
+engine busy) or ``tokens`` (an API request's output tokens), and optionally ``private``; other
+columns are read past (:attr:`Trace.ignored`). A bad line raises :class:`TraceError` naming the
+file, the line number and the field. Pure: text in, requests out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import csv
 import datetime
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -21,13 +21,17 @@ KINDS = ("page", "render", "api")
 COLUMNS = ("time", "target", "model", "kind", "work_seconds", "tokens", "private")
 DEFAULT_START = datetime.datetime(2025, 1, 6, tzinfo=datetime.UTC)
 """Where a trace in seconds begins (a Monday, 00:00 UTC), unless ``--start`` says otherwise."""
+EPOCH_FROM = 1e9
+"""Seconds from this on (2001-09-09) are Unix time, not seconds from the start: a trace of 31
+years is none anyone replays, a column of Unix timestamps is a common export."""
 _TRUE = ("1", "true", "yes", "y")
 _FALSE = ("", "0", "false", "no", "n")
 
 
 class TraceError(ValueError):
     def __init__(self, source: str, line: int, field: str, problem: str) -> None:
-        super().__init__(f"{source}: line {line}, field {field!r}: {problem}")
+        where = f"line {line}, field {field!r}: " if line > 0 else ""  # 0: the file itself
+        super().__init__(f"{source}: {where}{problem}")
         self.source, self.line, self.field, self.problem = source, line, field, problem
 
 
@@ -51,6 +55,8 @@ class Trace:
     start: float
     """Epoch seconds of ``at == 0``: the wall clock of the replay (``keep_warm``, the day)."""
     source: str
+    ignored: tuple[str, ...] = ()
+    """Columns of the header that are none of :data:`COLUMNS`: read past."""
 
     @property
     def duration(self) -> float:
@@ -66,7 +72,7 @@ def _time(text: str) -> tuple[float | None, float | None]:
     else:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"expected seconds >= 0 or an ISO 8601 time, got {text!r}")
-        return seconds, None
+        return (None, seconds) if seconds >= EPOCH_FROM else (seconds, None)
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -100,9 +106,12 @@ def parse(
     if header is None:
         raise TraceError(source, 1, "time", "the trace is empty (expected a header line)")
     names = [name.strip().lower() for name in header]
+    if names:
+        names[0] = names[0].removeprefix("\ufeff").strip()  # a BOM a spreadsheet wrote
     for name in names:
-        if name not in COLUMNS:
-            raise TraceError(source, 1, name, f"unknown column (expected {', '.join(COLUMNS)})")
+        if name in COLUMNS and names.count(name) > 1:
+            raise TraceError(source, 1, name, "the column is named twice")
+    ignored = tuple(name for name in names if name not in COLUMNS)
     for needed in ("time", "kind"):
         if needed not in names:
             raise TraceError(source, 1, needed, "missing column")
@@ -118,11 +127,14 @@ def parse(
         if len(row) != len(names):
             field = names[min(len(row), len(names) - 1)]
             raise TraceError(source, number, field, f"expected {len(names)} fields, got {len(row)}")
-        rows.append(_row(dict(zip(names, (c.strip() for c in row), strict=True)), source, number))
+        cells = {n: c.strip() for n, c in zip(names, row, strict=True) if n in COLUMNS}
+        rows.append(_row(cells, source, number))
     epochs = [epoch for _, epoch, _ in rows if epoch is not None]
     if epochs and len(epochs) != len(rows):
         line = next(r.line for _, epoch, r in rows if epoch is None)
-        raise TraceError(source, line, "time", "mixes ISO 8601 times and seconds")
+        raise TraceError(
+            source, line, "time", "mixes seconds from the start with times (ISO 8601, Unix)"
+        )
     origin = min(epochs) if epochs else start.timestamp()
     requests = sorted(
         (
@@ -140,7 +152,7 @@ def parse(
         ),
         key=lambda r: r.at,
     )
-    return Trace(tuple(requests), origin, source)
+    return Trace(tuple(requests), origin, source, ignored)
 
 
 def _row(
@@ -187,13 +199,35 @@ def _row(
     return seconds, epoch, request
 
 
+def check_names(
+    trace: Trace, targets: Collection[str], models: Collection[str], config: str
+) -> None:
+    """Every request names a target or a model of ``config`` (its file, for the error):
+    otherwise the first that does not raises :class:`TraceError` with its line and field."""
+    for r in trace.requests:
+        field, name, known = (
+            ("target", r.target, targets) if r.target is not None else ("model", r.model, models)
+        )
+        if name is not None and name not in known:
+            what = "targets" if field == "target" else "models"
+            has = ", ".join(sorted(known)) or "none"
+            raise TraceError(
+                trace.source,
+                r.line,
+                field,
+                f"unknown {field} {name!r} ({config} has {what}: {has})",
+            )
+
+
 def read(path: str | Path, start: datetime.datetime = DEFAULT_START) -> Trace:
     file = Path(path)
     try:
-        with file.open(encoding="utf-8", newline="") as handle:
+        with file.open(encoding="utf-8-sig", newline="") as handle:
             return parse(handle, str(file), start)
     except OSError as exc:
         raise TraceError(str(file), 0, "(file)", f"cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(str(file), 0, "(file)", f"is not UTF-8 text: {exc.reason}") from exc
 
 
 def write(requests: Sequence[Request], start: float, handle: TextIO) -> None:

@@ -43,7 +43,7 @@ def test_iso_times_start_at_the_first() -> None:
         ("time,target,kind,tokens\n0,a,api,1.5\n", 2, "tokens"),
         ("time,target,kind,work_seconds,private\n0,a,page,1,maybe\n", 2, "private"),
         ("time,target,kind,work_seconds\n0,a,page\n", 2, "work_seconds"),
-        ("time,target,kind,seconds\n", 1, "seconds"),
+        ("time,target,kind,seconds\n", 1, "work_seconds"),  # seconds: read past
         ("time,target,work_seconds\n", 1, "kind"),
         ("time,target,kind,work_seconds\n0,a,page,1\n2025-01-06T00:00:00Z,a,page,1\n", 2, "time"),
     ],
