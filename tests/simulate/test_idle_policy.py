@@ -30,6 +30,20 @@ def test_falls_back_to_the_upper_bound_until_enough_gaps() -> None:
     assert 300.0 <= policy.idle_after(60.0) < 400.0  # keeps through the pauses it has seen
 
 
+def test_one_gap_is_enough_to_leave_the_upper_bound() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    assert not policy.learned and policy.idle_after(60.0) == 3600.0
+    policy.observe(900.0)  # one pause between two sessions: the next hour is not held blind
+    assert policy.learned and 900.0 <= policy.idle_after(60.0) < 1200.0
+
+
+def test_the_learned_window_keeps_a_slightly_longer_gap_of_the_same_habit() -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for _ in range(10):
+        policy.observe(600.0)  # ten-minute pauses, worth keeping the card through
+    assert policy.idle_after(60.0) >= 600.0 * 1.08  # the next one, a bin longer, is kept too
+
+
 def test_long_gaps_alone_release_at_the_lower_bound() -> None:
     policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
     for _ in range(20):
