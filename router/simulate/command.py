@@ -8,8 +8,9 @@ import datetime
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from router.config import Environment
 from router.simulate.accesslog import convert
@@ -19,18 +20,39 @@ from router.simulate.run import Options, Result, replay
 from router.simulate.trace import DEFAULT_START, Trace, TraceError, check_names, read, write
 from router.simulate.variants import SWEEP, Variant, auto_idle, fixed_idle, variant
 
+T = TypeVar("T")
+
 
 def _options(args: argparse.Namespace) -> Options:
     from backends.units import parse_duration
 
     return Options(
-        cold_start=_per_target(args.cold_start),
-        wake=_per_target(args.wake),
-        stop=Duration.parse(args.stop),
+        cold_start=_per_target(args.cold_start, "--cold-start"),
+        wake=_per_target(args.wake, "--wake"),
+        stop=_given("--stop", args.stop, Duration.parse),
         seed=args.seed,
         tokens_per_second=args.tokens_per_second,
-        tail=parse_duration(args.tail),
+        tail=_given("--tail", args.tail, parse_duration),
     )
+
+
+def _given(option: str, text: str, parse: Callable[[str], T]) -> T:
+    """``parse(text)``; what it cannot read is a ``ValueError`` naming the option."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise ValueError(f"{option} {text!r}: {exc}") from None
+
+
+def _unknown_targets(args: argparse.Namespace, base: Variant) -> str | None:
+    """What --cold-start or --wake names that is no target of the config."""
+    for option, specs in (("--cold-start", args.cold_start), ("--wake", args.wake)):
+        for spec in specs:
+            name, sep, _ = spec.rpartition("=")
+            if sep and name != "*" and name not in base.config.targets:
+                has = ", ".join(base.config.targets)
+                return f"{option} {spec!r}: {args.config} has no target {name!r} (it has {has})"
+    return None
 
 
 def _measured(options: Options, base: Variant) -> Options:
@@ -51,12 +73,12 @@ def _measured(options: Options, base: Variant) -> Options:
     return replace(options, measured={name: m.duration for name, m in found.items()})
 
 
-def _per_target(specs: list[str]) -> dict[str, Duration]:
+def _per_target(specs: list[str], option: str) -> dict[str, Duration]:
     """``[TARGET=]SPEC`` each: a duration per target, ``*`` for the others."""
     out: dict[str, Duration] = {}
     for spec in specs:
         name, sep, value = spec.rpartition("=")
-        out[name if sep else "*"] = Duration.parse(value)
+        out[name if sep else "*"] = _given(option, value, Duration.parse)
     return out
 
 
@@ -73,7 +95,8 @@ def _trace(args: argparse.Namespace) -> Trace:
         return converted.trace
     start = DEFAULT_START
     if args.start:
-        start = datetime.datetime.fromisoformat(args.start.replace("Z", "+00:00"))
+        iso = args.start.replace("Z", "+00:00")
+        start = _given("--start", iso, datetime.datetime.fromisoformat)
         if start.tzinfo is None:
             start = start.replace(tzinfo=datetime.UTC)
     return read(args.trace, start)
@@ -97,8 +120,12 @@ def run(args: argparse.Namespace, environment: Environment) -> int:
             file=sys.stderr,
         )
     if args.write_trace:
-        with open(args.write_trace, "w", encoding="utf-8", newline="") as handle:
-            write(trace.requests, trace.start, handle)
+        try:
+            with open(args.write_trace, "w", encoding="utf-8", newline="") as handle:
+                write(trace.requests, trace.start, handle)
+        except OSError as exc:
+            print(f"warmgate simulate: cannot write {args.write_trace}: {exc}", file=sys.stderr)
+            return 2
         print(f"wrote {args.write_trace}", file=sys.stderr)
         if not args.config:
             return 0
@@ -114,6 +141,9 @@ def run(args: argparse.Namespace, environment: Environment) -> int:
             check_names(trace, v.config.targets, v.config.models, path)
     except TraceError as exc:
         print(f"warmgate simulate: {exc}", file=sys.stderr)
+        return 2
+    if (unknown := _unknown_targets(args, base)) is not None:
+        print(f"warmgate simulate: {unknown}", file=sys.stderr)
         return 2
     options = _measured(options, base)
     results: list[Result] = []
@@ -143,14 +173,28 @@ def run(args: argparse.Namespace, environment: Environment) -> int:
         f"in {elapsed:.1f}s\n"
     )
     print(table(summaries))
-    if args.out:
-        out = Path(args.out)
+    return _write_out(args.out, summaries, results) if args.out else 0
+
+
+def _write_out(where: str, summaries: list[Summary], results: list[Result]) -> int:
+    out = Path(where)
+    try:
         out.mkdir(parents=True, exist_ok=True)
         write_csv(summaries, out / "summary.csv")
-        from router.simulate.plots import draw
+    except OSError as exc:
+        print(f"warmgate simulate: cannot write {out}: {exc}", file=sys.stderr)
+        return 2
+    from router.simulate.plots import draw
 
+    try:
         paths = draw(results, out)
-        print(f"\nwrote {out / 'summary.csv'}, " + ", ".join(str(p) for p in paths))
+    except RuntimeError as exc:  # no matplotlib
+        print(f"\nwrote {out / 'summary.csv'}; {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"warmgate simulate: cannot write {out}: {exc}", file=sys.stderr)
+        return 2
+    print(f"\nwrote {out / 'summary.csv'}, " + ", ".join(str(p) for p in paths))
     return 0
 
 

@@ -15,6 +15,8 @@ from backends.units import format_duration
 from router.config import Config, Scaling, parse_config
 from router.errors import ConfigError
 
+_NAMED = ("targets", "models", "pools", "clouds")
+"""Top-level keys whose entries are named by the config: ``--set`` goes into one that exists."""
 SWEEP = (120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0)
 """Fixed ``idle_after`` values the sweep tries (seconds): 2 minutes to an hour."""
 
@@ -47,6 +49,11 @@ def apply_set(data: dict[str, Any], assignment: str, source: str) -> dict[str, A
         raise ConfigError(source, [(assignment, "expected --set KEY.PATH=VALUE")])
     value = yaml.safe_load(raw) if raw.strip() else ""
     parts = key.strip().split(".")
+    named = data.get(parts[0])
+    inside = len(parts) > 2 and parts[0] in _NAMED and parts[1] != "*"
+    if inside and isinstance(named, dict) and parts[1] not in named:  # a misspelt name
+        has = ", ".join(named) or "none"
+        raise ConfigError(source, [(".".join(parts[:2]), f"--set: no such entry (it has {has})")])
     out: dict[str, Any] = _copy(data)
 
     def put(node: dict[str, Any], i: int) -> None:

@@ -15,7 +15,7 @@ from router.cli import main
 from router.config import parse_config
 from router.errors import ConfigError
 from router.simulate.backends import Duration, measured_cold_starts
-from router.simulate.run import Options, cold_start_for
+from router.simulate.run import Options, cold_start_for, replay
 from router.simulate.trace import TraceError, check_names, parse, read
 
 
@@ -128,3 +128,60 @@ def test_the_cold_starts_warmgate_serve_kept_are_replayed(tmp_path: Path) -> Non
     given = Options(cold_start={"*": Duration(9.0, 9.0)}, measured=options.measured)
     assert cold_start_for("a", config, given) == Duration(9.0, 9.0)
     assert cold_start_for("a", config, Options()) == Duration(120.0, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        (["--cold-start", "soon"], "--cold-start 'soon': expected a duration"),
+        (["--cold-start", "comfy=30s"], "--cold-start 'comfy=30s': "),
+        (["--wake", "comfy=2s"], "has no target 'comfy' (it has a)"),
+        (["--stop", "1x"], "--stop '1x': "),
+        (["--start", "Monday"], "--start 'Monday': "),
+        (["--set", "targets.comfy.scaling.idle_after=10m"], "targets.comfy: --set: no such entry"),
+    ],
+)
+def test_options_that_cannot_be_used_name_themselves(
+    tmp_path: Path, capsys: Any, given: list[str], words: str
+) -> None:
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(_config()))
+    (tmp_path / "day.csv").write_text("time,target,kind,work_seconds\n0,a,page,1\n")
+    code = main(
+        ["simulate", "-c", str(tmp_path / "w.yaml"), "-t", str(tmp_path / "day.csv"), *given]
+    )
+    assert code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_an_out_that_cannot_be_written_is_an_error_not_a_traceback(
+    tmp_path: Path, capsys: Any
+) -> None:
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(_config()))
+    (tmp_path / "day.csv").write_text("time,target,kind,work_seconds\n0,a,page,1\n")
+    (tmp_path / "taken").write_text("a file where the folder would go")
+    where = str(tmp_path / "taken" / "out")
+    code = main(
+        [
+            "simulate",
+            "-c",
+            str(tmp_path / "w.yaml"),
+            "-t",
+            str(tmp_path / "day.csv"),
+            "--out",
+            where,
+        ]
+    )
+    assert code == 2
+    assert f"cannot write {where}" in capsys.readouterr().err
+
+
+def test_a_models_request_goes_through_the_api_whatever_its_kind() -> None:
+    data = _config()
+    data["models"] = {"m": {"placements": [{"target": "a"}]}}
+    trace = parse("time,model,kind,work_seconds\n0,m,render,1\n60,m,api,1\n")
+    options = Options(cold_start={"*": Duration(5.0, 5.0)}, tail=60.0)
+    result = replay(parse_config(data), trace, options)
+    assert [(o.placement, o.reason) for o in result.outcomes] == [
+        ("local", "local_only"),
+        ("local", "ready"),
+    ]
