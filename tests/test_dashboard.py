@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from router.config import parse_config
+from router.dashboard.page import idle_after
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate
@@ -249,3 +250,14 @@ async def test_replicas_show_each_replica_the_leader_and_when_it_was_last_heard(
         assert '<section id="replicas">' in page
         assert "<td>warmgate-0 (this one)</td><td>leader</td>" in page
         assert "<td>warmgate-1</td>" in page
+
+
+def test_idle_after_auto_says_what_it_learned_from_in_words() -> None:
+    def row(gaps: int, learned: bool) -> dict[str, Any]:
+        idle = {"learned": {"learned": learned, "gaps": gaps, "gaps_needed": 1}}
+        return {"idle_after": 3600.0 if not learned else 660.0, "idle": idle}
+
+    assert idle_after(row(0, False)).endswith("auto: the upper bound until 1 gap (0 seen)")
+    assert idle_after(row(1, True)).endswith("learned from 1 gap")
+    assert idle_after(row(23, True)).endswith("learned from 23 gaps")
+    assert idle_after({"idle_after": 600.0}) == idle_after({"idle_after": 600.0, "idle": {}})

@@ -87,8 +87,13 @@ def idle_after(t: Json) -> str:
     if learned is None:
         return shown
     if learned["learned"]:
-        return f"{shown}, learned from {learned['gaps']} gaps"
-    return f"{shown}, auto: the upper bound until {learned['gaps_needed']} gaps ({learned['gaps']})"
+        return f"{shown}, learned from {_gaps(learned['gaps'])}"
+    seen, needed = learned["gaps"], learned["gaps_needed"]
+    return f"{shown}, auto: the upper bound until {_gaps(needed)} ({seen} seen)"
+
+
+def _gaps(n: int) -> str:
+    return "1 gap" if n == 1 else f"{n} gaps"
 
 
 def _next(t: Json, now: float) -> tuple[str, str]:
