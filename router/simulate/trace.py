@@ -24,8 +24,11 @@ DEFAULT_START = datetime.datetime(2025, 1, 6, tzinfo=datetime.UTC)
 EPOCH_FROM = 1e9
 """Seconds from this on (2001-09-09) are Unix time, not seconds from the start: a trace of 31
 years is none anyone replays, a column of Unix timestamps is a common export."""
-_TRUE = ("1", "true", "yes", "y")
-_FALSE = ("", "0", "false", "no", "n")
+EPOCH_MS_FROM = 1e12
+"""Numbers from this on are Unix time in milliseconds (JavaScript's ``Date.now()``): as seconds
+they would be the year 33658."""
+_TRUE = ("1", "true", "yes", "y", "on")
+_FALSE = ("", "0", "false", "no", "n", "off")
 
 
 class TraceError(ValueError):
@@ -72,6 +75,8 @@ def _time(text: str) -> tuple[float | None, float | None]:
     else:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"expected seconds >= 0 or an ISO 8601 time, got {text!r}")
+        if seconds >= EPOCH_MS_FROM:
+            return None, seconds / 1000
         return (None, seconds) if seconds >= EPOCH_FROM else (seconds, None)
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -185,3 +185,15 @@ def test_a_models_request_goes_through_the_api_whatever_its_kind() -> None:
         ("local", "local_only"),
         ("local", "ready"),
     ]
+
+
+def test_unix_milliseconds_and_the_ways_to_say_private() -> None:
+    trace = parse(
+        "time,model,kind,tokens,private\n"
+        "1741000000000,m,api,1,on\n1741000100500,m,api,1,off\n1741000200000,m,api,1,Yes\n"
+    )
+    assert [(r.at, r.private) for r in trace.requests] == [
+        (0.0, True),
+        (100.5, False),
+        (200.0, True),
+    ]
