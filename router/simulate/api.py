@@ -37,7 +37,7 @@ class ApiPlacer:
     def snapshot(self, request: Request) -> Snapshot:
         replay = self.replay
         spec = replay.config.models[request.model or ""]
-        bound = Bound(output_tokens=request.tokens or 0)
+        bound = self.bound(spec.kind, request)
         locals_: list[LocalOption] = []
         clouds: list[CloudOption] = []
         for i, p in enumerate(spec.placements):
@@ -65,6 +65,16 @@ class ApiPlacer:
             elif p.cloud is not None and p.model is not None:
                 clouds.append(CloudOption(i, p.cloud, p.model, True, bound.price(p.cost)))
         return Snapshot(tuple(locals_), tuple(clouds), self.budget.left(), replay.loop.time())
+
+    def bound(self, kind: str, request: Request) -> Bound:
+        """What the cloud charges for: an image per request of an images model; the request's
+        tokens, else its work time at ``--tokens-per-second`` (an access log's request)."""
+        if kind == "images":
+            return Bound(images=1)
+        tokens = request.tokens
+        if tokens is None:
+            tokens = round((request.work_seconds or 0.0) * self.replay.options.tokens_per_second)
+        return Bound(input_tokens=tokens) if kind == "embeddings" else Bound(output_tokens=tokens)
 
     async def place(self, request: Request) -> None:
         from router.simulate.run import Outcome
