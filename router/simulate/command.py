@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, environment: Environment) -> int:
         print("warmgate simulate: give --config FILE to replay the trace", file=sys.stderr)
         return 2
     base = variant(args.config, args.set)
-    variants = [base] + [variant(path, args.set) for path in args.compare]
+    variants = _distinct([base] + [variant(path, args.set) for path in args.compare])
     if args.auto:
         variants.append(auto_idle(base))
     try:
@@ -196,6 +196,18 @@ def _write_out(where: str, summaries: list[Summary], results: list[Result]) -> i
         return 2
     print(f"\nwrote {out / 'summary.csv'}, " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _distinct(variants: list[Variant]) -> list[Variant]:
+    """Two files of one name (a/warmgate.yaml, b/warmgate.yaml) or one file twice: each column
+    told apart by its number."""
+    from dataclasses import replace
+
+    labels = [v.label for v in variants]
+    return [
+        replace(v, label=f"{v.label} #{i + 1}") if labels.count(v.label) > 1 else v
+        for i, v in enumerate(variants)
+    ]
 
 
 def _replay(v: Variant, trace: Trace, options: Options, source: str) -> Result:

@@ -197,3 +197,17 @@ def test_unix_milliseconds_and_the_ways_to_say_private() -> None:
         (100.5, False),
         (200.0, True),
     ]
+
+
+def test_two_files_of_one_name_are_two_columns(tmp_path: Path, capsys: Any) -> None:
+    for folder, idle in (("a", "30m"), ("b", "5m")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "w.yaml").write_text(yaml.safe_dump(_config(idle_after=idle)))
+    (tmp_path / "day.csv").write_text("time,target,kind,work_seconds\n0,a,page,1\n")
+    out = tmp_path / "out"
+    given = ["-c", str(tmp_path / "a" / "w.yaml"), "--compare", str(tmp_path / "b" / "w.yaml")]
+    code = main(["simulate", *given, "-t", str(tmp_path / "day.csv"), "--out", str(out)])
+    assert code == 0
+    assert "w #1" in capsys.readouterr().out
+    rows = (out / "summary.csv").read_text().splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == ["w #1", "w #2"]
