@@ -130,8 +130,9 @@ class Scaling(Frozen):
     two renders; 1 hour: more holds a card all afternoon for one more render."""
     keep_warm: Annotated[tuple[str, ...], BeforeValidator(_one_or_more)] = ()
     """Time windows (``"Mon-Fri 08:30-18:00 Europe/Berlin"``: days, local time span, IANA zone,
-    UTC when omitted) during which the target is started ahead of use and never released for
-    idleness; one window may be given as a string. None by default: a GPU is held only for
+    UTC when omitted) during which the target is started ahead of use (a predicted cold start
+    before the window opens) and never released for idleness; one window may be given as a
+    string. None by default: a GPU is held only for
     work."""
     cold_start_timeout: Duration = 300.0
     """Longest a request is held for a cold start; heavy render images take ~2 minutes."""

@@ -42,14 +42,16 @@ _HORIZON_DAYS = 8
 """Windows are looked up this many days ahead (a weekly window always shows its next start)."""
 
 
-def window_state(windows: tuple[Window, ...], wall: float) -> tuple[bool, float]:
+def window_state(windows: tuple[Window, ...], wall: float, lead: float = 0.0) -> tuple[bool, float]:
     """Whether ``wall`` (epoch seconds) is inside a window, and the wall time of the next
-    boundary (a window's start or end), ``inf`` when there is none. Pure."""
+    boundary (a window's start or end), ``inf`` when there is none. ``lead``: seconds each
+    window begins early (a start's length: warm when the window opens). Pure."""
     spans: list[tuple[float, float]] = []
     for window in windows:
         day = datetime.datetime.fromtimestamp(wall, window.zone).date()
         first = day - datetime.timedelta(days=1)
-        spans += window.spans(first, day + datetime.timedelta(days=_HORIZON_DAYS))
+        last = day + datetime.timedelta(days=_HORIZON_DAYS)
+        spans += [(start - lead, end) for start, end in window.spans(first, last)]
     inside = [end for start, end in spans if start <= wall < end]
     if inside:  # overlapping windows: inside until the last of the chain ends
         end = max(inside)
@@ -94,6 +96,7 @@ class IdleRule:
         """A gap was learned since the last save."""
         self._window_until = -math.inf
         self._window_active = False
+        self._window_lead = 0.0
         self._store: Store | None = None
         self._saving: asyncio.Task[None] | None = None
 
@@ -163,13 +166,16 @@ class IdleRule:
                 await asyncio.wait_for(asyncio.shield(self._saving), _CLOSE_TIMEOUT)
         self._store = None
 
-    def kept_warm(self) -> tuple[bool, float]:
-        """Inside a ``keep_warm`` window now, and the loop time at which that changes."""
+    def kept_warm(self, lead: float = 0.0) -> tuple[bool, float]:
+        """Inside a ``keep_warm`` window now, and the loop time at which that changes. Each
+        window begins ``lead`` seconds early (the cold start predicted: the target is warm when
+        the window opens, not starting)."""
         if not self.windows:
             return False, math.inf
         wall, now = self.wall(), self.loop.time()
-        if wall >= self._window_until:
-            self._window_active, self._window_until = window_state(self.windows, wall)
+        if wall >= self._window_until or lead != self._window_lead:
+            self._window_lead = lead
+            self._window_active, self._window_until = window_state(self.windows, wall, lead)
         return self._window_active, now + (self._window_until - wall)
 
     def describe(self, cold_start: float, wake: float = 2.0) -> dict[str, Any]:
@@ -186,7 +192,7 @@ class IdleRule:
             ask = self._ask(cold_start, wake)
             out["learned"] = self.policy.describe(ask)
         if self.windows:
-            active, until = self.kept_warm()
+            active, until = self.kept_warm(cold_start)
             out["keep_warm"] = {
                 "windows": [w.text for w in self.windows],
                 "active": active,

@@ -122,7 +122,7 @@ class Lifecycle:
         else:  # idle only when every replica is; only the leader releases
             idle_since = self.others.idle_since(rt.name)
             may_release = self.keda or self.others.leading()
-        kept_warm, self.window_change = rt.idling.kept_warm()
+        kept_warm, self.window_change = rt.idling.kept_warm(rt.predicted_cold_start())
         windows = rt.windows()
         turn, make_room, yield_after = None, None, 0.0
         if rt.pool is not None:  # whose turn it is on the target's GPU pool

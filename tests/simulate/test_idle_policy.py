@@ -171,6 +171,13 @@ def test_windows_in_their_zone() -> None:
     assert not inside and until == monday
 
 
+def test_a_window_begins_a_cold_start_early_and_ends_on_time() -> None:
+    windows = (parse_window("Mon-Fri 08:30-18:00 Europe/Berlin"),)
+    monday_0830 = datetime.datetime(2025, 3, 10, 7, 30, tzinfo=datetime.UTC).timestamp()
+    assert window_state(windows, monday_0830 - 90, lead=120.0) == (True, monday_0830 + 34200)
+    assert window_state(windows, monday_0830 - 150, lead=120.0) == (False, monday_0830 - 120)
+
+
 def test_park_after_auto_parks_early_when_a_wake_is_cheap() -> None:
     policy = IdlePolicy((120.0, 3600.0), GPU, WAIT, parked_second_usd=0.2 / 3600)
     for gap in [300.0] * 10 + [2400.0] * 5:

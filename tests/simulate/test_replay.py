@@ -83,7 +83,8 @@ def test_keep_warm_starts_ahead_and_never_releases() -> None:
     config = parse_config(_config(keep_warm=["Mon 09:00-12:00"]))
     result = replay(config, trace, Options(cold_start=OPTIONS.cold_start, tail=4 * 3600.0))
     phases = result.targets["t"].phases
-    assert phases[1] == (9 * 3600.0, "starting")
+    (started, _), (ready, _) = phases[1:3]
+    assert started < ready <= 9 * 3600.0  # started a cold start ahead: warm when it opens
     assert [p for _, p in phases[1:]] == ["starting", "ready", "draining", "cold"]
     assert phases[3][0] == 12 * 3600.0  # released once the window ended (idle long enough)
     assert not any(o.cold for o in result.outcomes)
