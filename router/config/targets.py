@@ -175,6 +175,11 @@ class Scaling(Frozen):
     def _bounds_ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
         if value[0] > value[1]:
             raise ValueError(f"expected [lower, upper] with lower <= upper, got {list(value)}")
+        if value[0] <= 0:
+            raise ValueError(
+                f"expected a lower bound above 0, got {list(value)}: at 0 a learned idle_after "
+                "would release the target between two renders"
+            )
         return value
 
     @field_validator("keep_warm")

@@ -142,6 +142,7 @@ def test_config_accepts_auto_bounds_windows_and_prices() -> None:
         ({"keep_warm": ["Mon-Fri 25:00-18:00"]}, "targets.t.scaling.keep_warm"),
         ({"keep_warm": ["Mon-Fri 08:00-18:00 Mars/Olympus"]}, "targets.t.scaling.keep_warm"),
         ({"keep_warm": ["weekdays"]}, "targets.t.scaling.keep_warm"),
+        ({"idle_after": "auto", "idle_bounds": [0, "1h"]}, "targets.t.scaling.idle_bounds"),
         ({"idle_bounds": ["1h", "2m"]}, "targets.t.scaling.idle_bounds"),
         ({"idle_after": "sometimes"}, "targets.t.scaling.idle_after"),
     ],
