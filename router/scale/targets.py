@@ -160,12 +160,15 @@ class TargetRuntime:
     def _resumed(self, now: float) -> None:
         """Activity begins with none before it: the gap since the last burst ended is learned,
         once (a page load, then its render held, then in flight all end the same gap), and not
-        the first use's (the time since warmgate started is no gap between bursts)."""
+        the first use's (the time since warmgate started is no gap between bursts). A request
+        while the burst goes on (the engine's queue busy, a stream's frames within
+        ``stream_activity_window``: idle only from a time still to come) ends no gap, and
+        leaves the one that follows that time to be learned."""
         activity = self.activity
         if activity.held or activity.in_flight:
             return
         idle_since = activity.idle_since(self.spec.scaling.stream_activity_window)
-        if idle_since is None or idle_since <= self._learned_to:
+        if idle_since is None or idle_since >= now or idle_since <= self._learned_to:
             return
         self._learned_to = idle_since
         self.idling.resumed(now - idle_since)
