@@ -334,3 +334,26 @@ async def test_after_a_restart_the_first_waiting_page_shows_the_learned_eta(busy
             page = await resp.text()
         assert f"about {learned:.0f} s expected" in page, "learned, not the expected 77 s"
         assert (await status(http, wg, "comfyui"))["eta"] == learned
+
+
+async def test_the_learned_idle_histogram_is_kept_on_the_deployment(busy: Busy) -> None:
+    config = busy.config(idle_after="auto", idle_bounds=["1s", "1h"])
+    async with warmgate(config) as wg, aiohttp.ClientSession() as http:
+        await ready(http, wg, "comfyui")
+        for _ in range(2):
+            await asyncio.sleep(1.5)  # a pause between bursts, past the lower bound
+            async with http.get(f"{wg.url}/comfyui/hello") as resp:
+                assert resp.status == 200
+        learned = wg.runtime("comfyui").idle_described()["learned"]
+        assert learned["learned"] and learned["gaps"] >= 2
+
+        async def kept() -> bool:
+            deployment = await busy.apps.read_namespaced_deployment("comfyui", busy.namespace)
+            document = (deployment.metadata.annotations or {}).get("warmgate.io/idle")
+            return document is not None and json.loads(document)["gaps"] == learned["gaps"]
+
+        await eventually(kept)
+
+    async with warmgate(config) as wg:  # read back from the annotation: not relearned
+        again = wg.runtime("comfyui").idle_described()["learned"]
+        assert again["learned"] and again["gaps"] == learned["gaps"]
