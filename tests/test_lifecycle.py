@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,32 +18,11 @@ from router.scale.lifecycle import Lifecycle
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from tests.fakes import FakeBackend, FakeEngine
+from tests.rig import Rig
 
 pytestmark = pytest.mark.looptime
 
-GET = RequestFacts(method="GET", path="/", is_websocket=False, is_navigation=False)
 WEBSOCKET = RequestFacts(method="GET", path="/ws", is_websocket=True, is_navigation=False)
-
-
-@dataclass
-class Rig:
-    runtime: TargetRuntime
-    backend: FakeBackend
-    engine: FakeEngine
-    lifecycle: Lifecycle
-    metrics: Metrics
-
-    @property
-    def phase(self) -> Phase:
-        return self.runtime.state.phase
-
-    async def until(self, phase: Phase, limit: float = 3600) -> None:
-        async with asyncio.timeout(limit):
-            await self.runtime.cell.wait_for(lambda s: s.phase is phase)
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, {"target": "t", **labels})
-        return value or 0.0
 
 
 def make_rig(**scaling: Any) -> Rig:
@@ -62,7 +40,7 @@ def make_rig(**scaling: Any) -> Rig:
     backend, engine, metrics = FakeBackend(), FakeEngine(), Metrics()
     loop = asyncio.get_running_loop()
     runtime = TargetRuntime("t", config.targets["t"], backend, engine, metrics, loop)
-    return Rig(runtime, backend, engine, Lifecycle(runtime), metrics)
+    return Rig(runtime, backend, engine, Lifecycle(runtime), metrics, labels={"target": "t"})
 
 
 @asynccontextmanager
@@ -76,27 +54,12 @@ async def running(**scaling: Any) -> AsyncIterator[Rig]:
         await r.lifecycle.close()
 
 
-def serve_one(rig: Rig, seconds: float) -> asyncio.Task[float]:
-    """A request: held if needed, then in flight for ``seconds``; returns the hold time."""
-
-    async def request() -> float:
-        held = await rig.runtime.acquire(GET)
-        rig.runtime.activity.begin(rig.runtime.loop.time())
-        try:
-            await asyncio.sleep(seconds)
-        finally:
-            rig.runtime.activity.end(rig.runtime.loop.time())
-        return held.waited
-
-    return asyncio.ensure_future(request())
-
-
 async def test_a_held_request_starts_the_target_and_goes_out_when_ready() -> None:
     async with running() as rig:
         loop = asyncio.get_running_loop()
         rig.engine.ready_at = loop.time() + 95  # a heavy render image
         assert rig.phase is Phase.COLD
-        waits = [serve_one(rig, 0.1) for _ in range(50)]
+        waits = [rig.serve(0.1) for _ in range(50)]
         await rig.until(Phase.STARTING)
         assert rig.backend.calls == ["up"]
         held = await asyncio.gather(*waits)
@@ -110,7 +73,7 @@ async def test_a_held_request_starts_the_target_and_goes_out_when_ready() -> Non
 
 async def test_idle_release_after_idle_after_and_not_before() -> None:
     async with running() as rig:
-        await serve_one(rig, 1)
+        await rig.serve(1)
         ready_since = rig.runtime.loop.time()
         await rig.until(Phase.COLD)
         idle = rig.runtime.loop.time() - ready_since
@@ -122,7 +85,7 @@ async def test_idle_release_after_idle_after_and_not_before() -> None:
 
 async def test_never_stopped_while_a_request_is_in_flight() -> None:
     async with running() as rig:
-        long = serve_one(rig, 3 * 3600)  # a three-hour render through one request
+        long = rig.serve(3 * 3600)  # a three-hour render through one request
         await rig.until(Phase.READY)
         await asyncio.sleep(2 * 3600)
         assert rig.phase is Phase.READY and rig.backend.calls == ["up"]
@@ -133,7 +96,7 @@ async def test_never_stopped_while_a_request_is_in_flight() -> None:
 
 async def test_engine_busy_signal_keeps_the_target() -> None:
     async with running() as rig:
-        await serve_one(rig, 0)
+        await rig.serve(0)
         rig.engine.busy_now = True  # a render in the engine's own queue, no HTTP at all
         await asyncio.sleep(3 * 3600)
         assert rig.phase is Phase.READY
@@ -143,7 +106,7 @@ async def test_engine_busy_signal_keeps_the_target() -> None:
 
 async def test_stream_frames_are_activity_silent_streams_are_not() -> None:
     async with running() as rig:
-        await serve_one(rig, 0)
+        await rig.serve(0)
         activity = rig.runtime.activity
         closed: list[int] = []
 
@@ -161,7 +124,7 @@ async def test_stream_frames_are_activity_silent_streams_are_not() -> None:
 
 async def test_a_request_during_the_drain_cancels_it() -> None:
     async with running() as rig:
-        await serve_one(rig, 0)
+        await rig.serve(0)
         late: list[asyncio.Task[float]] = []
         closed: list[int] = []
 
@@ -172,7 +135,7 @@ async def test_a_request_during_the_drain_cancels_it() -> None:
 
         async def arrives_meanwhile() -> None:
             if rig.phase is Phase.DRAINING and not late:
-                late.append(serve_one(rig, 5))  # while the drain takes its last look
+                late.append(rig.serve(5))  # while the drain takes its last look
                 await asyncio.sleep(0.5)
 
         rig.engine.during_busy_check = arrives_meanwhile
@@ -188,10 +151,10 @@ async def test_a_request_during_the_drain_cancels_it() -> None:
 
 async def test_a_request_after_the_stop_is_held_for_the_next_start() -> None:
     async with running() as rig:
-        await serve_one(rig, 0)
+        await rig.serve(0)
         rig.backend.stop_gate = asyncio.Event()
         await rig.runtime.cell.wait_for(lambda s: s.stopping)
-        request = serve_one(rig, 0)
+        request = rig.serve(0)
         await asyncio.sleep(10)
         assert not request.done(), "must not be sent to a process that is stopping"
         rig.backend.stop_gate.set()
@@ -205,7 +168,7 @@ async def test_hold_deadline_is_a_504_and_the_start_fails() -> None:
     async with running(cold_start_timeout="2m") as rig:
         rig.engine.ready_at = float("inf")
         with pytest.raises(HoldTimeout, match="did not become ready within 120s"):
-            await serve_one(rig, 0)
+            await rig.serve(0)
         await rig.until(Phase.FAILED)
         assert rig.runtime.state.reason == "not ready after 120s"
 
@@ -214,7 +177,7 @@ async def test_failed_start_answers_held_requests_then_backs_off() -> None:
     async with running(failure_backoff="10s", failure_backoff_max="40s") as rig:
         rig.backend.fail_start = "cannot start 'engine': No such file or directory"
         with pytest.raises(TargetFailed) as failed:
-            await serve_one(rig, 0)
+            await rig.serve(0)
         assert "engine" not in failed.value.message, "the reason stays in the log"
         loop = rig.runtime.loop
         for expected_backoff in (10, 20, 40, 40):
@@ -222,22 +185,22 @@ async def test_failed_start_answers_held_requests_then_backs_off() -> None:
             assert state.phase is Phase.FAILED
             assert state.retry_at - state.since == pytest.approx(expected_backoff)
             with pytest.raises(TargetFailed):  # during the backoff: answered at once, not held
-                await serve_one(rig, 0)
+                await rig.serve(0)
             await asyncio.sleep(state.retry_at - loop.time() + 0.01)
             with pytest.raises(TargetFailed):
-                await serve_one(rig, 0)
+                await rig.serve(0)
         rig.backend.fail_start = None
         await asyncio.sleep(41)
-        assert await serve_one(rig, 0) >= 0
+        assert await rig.serve(0) >= 0
         assert rig.runtime.state.failures == 0
 
 
 async def test_a_crash_while_ready_goes_cold_and_the_next_request_wakes_it() -> None:
     async with running() as rig:
-        await serve_one(rig, 0)
+        await rig.serve(0)
         rig.backend.crash()
         await rig.until(Phase.COLD)
-        await serve_one(rig, 0)
+        await rig.serve(0)
         assert rig.phase is Phase.READY
         assert rig.backend.calls == ["up", "down", "up"]
 
@@ -253,10 +216,10 @@ async def test_websocket_upgrades_do_not_wake_a_cold_target() -> None:
 async def test_over_max_held_is_shed() -> None:
     async with running(max_held=3) as rig:
         rig.engine.ready_at = rig.runtime.loop.time() + 30
-        held = [serve_one(rig, 0) for _ in range(3)]
+        held = [rig.serve(0) for _ in range(3)]
         await asyncio.sleep(1)
         with pytest.raises(Shedding) as shed:
-            await serve_one(rig, 0)
+            await rig.serve(0)
         assert shed.value.retry_after is not None
         await asyncio.gather(*held)
 
@@ -264,7 +227,7 @@ async def test_over_max_held_is_shed() -> None:
 async def test_a_held_client_that_leaves_is_not_activity() -> None:
     async with running() as rig:
         rig.engine.ready_at = rig.runtime.loop.time() + 60
-        request = serve_one(rig, 0)
+        request = rig.serve(0)
         await asyncio.sleep(5)
         assert rig.runtime.activity.held == 1
         request.cancel()

@@ -8,12 +8,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from backends.base import RequestFacts
 from router.config import parse_config
 from router.errors import HoldTimeout
 from router.metrics import Metrics
@@ -22,48 +20,9 @@ from router.scale.pool_runtime import PoolRuntime
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from tests.fakes import FakeBackend, FakeEngine, FakeParkingEngine
+from tests.rig import Rig
 
 pytestmark = pytest.mark.looptime
-
-GET = RequestFacts(method="GET", path="/", is_websocket=False, is_navigation=False)
-
-
-@dataclass
-class Rig:
-    runtime: TargetRuntime
-    backend: FakeBackend
-    engine: FakeEngine
-    lifecycle: Lifecycle
-    metrics: Metrics
-
-    @property
-    def phase(self) -> Phase:
-        return self.runtime.state.phase
-
-    async def until(self, phase: Phase, limit: float = 3600) -> None:
-        async with asyncio.timeout(limit):
-            await self.runtime.cell.wait_for(
-                lambda s: s.phase is phase and not s.waking and not s.parking
-            )
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return value or 0.0
-
-    def serve(self, seconds: float) -> asyncio.Task[float]:
-        """A request: held if needed, then in flight for ``seconds``; returns the hold time."""
-        runtime = self.runtime
-
-        async def request() -> float:
-            held = await runtime.acquire(GET)
-            runtime.activity.begin(runtime.loop.time())
-            try:
-                await asyncio.sleep(seconds)
-            finally:
-                runtime.activity.end(runtime.loop.time())
-            return held.waited
-
-        return asyncio.ensure_future(request())
 
 
 def target(**kw: Any) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from backends.base import Observation
 from router.errors import RequestError
 from router.scale.scaling import Act, View, decide
 from router.scale.state import Phase, TargetState
-from tests.test_lifecycle import GET, Rig, make_rig
+from tests.rig import GET, Rig
+from tests.test_lifecycle import make_rig
 
 pytestmark = pytest.mark.looptime
 

@@ -26,7 +26,8 @@ from router.scale.lifecycle import Lifecycle
 from router.scale.scaling import Act, View, decide
 from router.scale.state import Phase, TargetState
 from tests.kube.fake import FakeCluster
-from tests.test_lifecycle import Rig, make_rig, serve_one
+from tests.rig import Rig
+from tests.test_lifecycle import make_rig
 
 GRACE = 30.0
 
@@ -183,7 +184,7 @@ async def ready_rig(membership: Any = None) -> AsyncIterator[Rig]:
     rig.lifecycle = Lifecycle(rig.runtime, replicas)
     await rig.lifecycle.open()
     try:
-        await serve_one(rig, 0.1)
+        await rig.serve(0.1)
         assert rig.phase is Phase.READY
         yield rig
     finally:
@@ -211,7 +212,7 @@ async def test_a_replica_that_is_not_the_leader_never_releases() -> None:
 async def test_a_fence_is_refused_while_this_replica_is_active_or_not_idle_long_enough() -> None:
     async with ready_rig() as rig:
         loop = asyncio.get_running_loop()
-        busy = serve_one(rig, 5)
+        busy = rig.serve(5)
         await asyncio.sleep(1)
         assert rig.lifecycle.fence(loop.time() + 10, "leader") == "active here"
         await busy
@@ -226,7 +227,7 @@ async def test_a_fenced_replica_holds_new_requests_until_the_release_then_wakes_
         await asyncio.sleep(61)
         assert rig.lifecycle.fence(loop.time() + 10, "warmgate-0") is None
         assert rig.phase is Phase.DRAINING and rig.runtime.state.stopping
-        held = serve_one(rig, 0.1)  # arrives between the fence and the release
+        held = rig.serve(0.1)  # arrives between the fence and the release
         await asyncio.sleep(1)
         assert not held.done(), "held: the pod may be stopped any moment"
         rig.backend.set(Observation())  # the leader's scale-down shows in the cluster
@@ -242,7 +243,7 @@ async def test_a_fence_that_the_leader_calls_off_or_that_runs_out_serves_again()
         loop = asyncio.get_running_loop()
         await asyncio.sleep(61)
         assert rig.lifecycle.fence(loop.time() + 10, "warmgate-0") is None
-        held = serve_one(rig, 0.1)
+        held = rig.serve(0.1)
         await asyncio.sleep(1)
         rig.lifecycle.unfence()  # another replica refused: the leader calls it off
         assert rig.phase is Phase.READY
