@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +240,18 @@ class ReportsQueue(Protocol):
         ...
 
 
+_REPORTS_QUEUE: dict[type, bool] = {}
+"""Whether each engine class tells its queue: an ``isinstance`` against a Protocol reads every
+member, and the busy poll asks once a second per target (a replayed week: half a million)."""
+
+
 def queue_depth(engine: Engine, base_url: str) -> int | None:
     """The depth of the engine's own queue at ``base_url`` as last polled, where it tells one."""
-    return engine.queue_depth(base_url) if isinstance(engine, ReportsQueue) else None
+    kind = type(engine)
+    reports = _REPORTS_QUEUE.get(kind)
+    if reports is None:
+        reports = _REPORTS_QUEUE[kind] = isinstance(engine, ReportsQueue)
+    return cast(ReportsQueue, engine).queue_depth(base_url) if reports else None
 
 
 def parking(engine: Engine) -> Parkable | None:

@@ -22,6 +22,9 @@ class Accounting:
         self.rt = runtime
         self._accounted_at = runtime.loop.time()
         self._next_busy_poll = 0.0
+        gpu_seconds = runtime.metrics.gpu_seconds
+        self._seconds = {s: gpu_seconds.labels(runtime.name, s) for s in ("busy", "idle", "parked")}
+        """The target's ``warmgate_gpu_seconds_total`` children, labelled once."""
 
     @property
     def now(self) -> float:
@@ -54,7 +57,7 @@ class Accounting:
         rt, now = self.rt, self.now
         elapsed, self._accounted_at = now - self._accounted_at, now
         if rt.state.phase is Phase.PARKED and not rt.state.waking:
-            rt.metrics.gpu_seconds.labels(rt.name, "parked").inc(max(0.0, elapsed))
+            self._seconds["parked"].inc(max(0.0, elapsed))
             return
         if rt.state.phase is not Phase.READY:
             return
@@ -64,5 +67,5 @@ class Accounting:
         idle_since = rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
         elapsed = max(0.0, elapsed)
         idle = 0.0 if idle_since is None else min(elapsed, max(0.0, now - idle_since))
-        rt.metrics.gpu_seconds.labels(rt.name, "busy").inc(elapsed - idle)
-        rt.metrics.gpu_seconds.labels(rt.name, "idle").inc(idle)
+        self._seconds["busy"].inc(elapsed - idle)
+        self._seconds["idle"].inc(idle)
