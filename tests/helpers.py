@@ -44,18 +44,55 @@ async def serve_app(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def static_config(url: str, **target: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "routes": [{"path_prefix": "/"}],
-        "backend": {"kind": "static", "url": url},
-    }
-    spec.update(target)
+def one_target(name: str, spec: dict[str, Any], **target: Any) -> dict[str, Any]:
+    """A config with the one target ``name`` (``spec``, its keys replaced by ``target``'s), on
+    free loopback ports, without an access log."""
     return {
         "listen": "127.0.0.1:0",
         "admin_listen": "127.0.0.1:0",
         "server": {"access_log": False},
-        "targets": {"t": spec},
+        "targets": {name: {**spec, **target}},
     }
+
+
+def demo_engine(
+    *more: str,
+    size: str = "1MiB",
+    render_seconds: float | None = 0.2,
+    checkpoint: Path | None = None,
+) -> list[str]:
+    """The demo render engine's command line for the process backend: a ``size`` checkpoint (at
+    ``checkpoint``, else the engine's own default place), ``render_seconds`` a render (None: the
+    engine's default), then ``more`` of its flags."""
+    command = ["python", "-m", "backends.demo_engine", "--port", "{port}"]
+    command += ["--checkpoint-size", size]
+    if checkpoint is not None:
+        command += ["--checkpoint", str(checkpoint)]
+    if render_seconds is not None:
+        command += ["--render-seconds", str(render_seconds)]
+    return [*command, *more]
+
+
+def gradio_app(tmp_path: Path, python: str = "python", **env: str) -> dict[str, Any]:
+    """The process backend of tests/gradio_app.py run by ``python``, offline and without
+    telemetry, its files under ``tmp_path``; ``env`` adds to its environment."""
+    return {
+        "kind": "process",
+        "command": [python, "-m", "tests.gradio_app", "--port", "{port}"],
+        "cwd": str(ROOT),
+        "env": {
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
+            "HF_HUB_OFFLINE": "1",
+            **env,
+        },
+        "stop_grace": "5s",
+    }
+
+
+def static_config(url: str, **target: Any) -> dict[str, Any]:
+    spec = {"routes": [{"path_prefix": "/"}], "backend": {"kind": "static", "url": url}}
+    return one_target("t", spec, **target)
 
 
 class Running:

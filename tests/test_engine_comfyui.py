@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from router.scale.state import Phase
-from tests.helpers import ROOT, Running, wait_until, warmgate
+from tests.helpers import ROOT, Running, demo_engine, one_target, wait_until, warmgate
 
 PREFIX = "/comfy"
 NAVIGATE = {"Accept": "text/html", "Sec-Fetch-Mode": "navigate"}
@@ -37,19 +37,9 @@ def comfy_config(
         "routes": [{"path_prefix": PREFIX, "strip_prefix": True}],
         "backend": {
             "kind": "process",
-            "command": [
-                "python",
-                "-m",
-                "backends.demo_engine",
-                "--port",
-                "{port}",
-                "--checkpoint",
-                str(tmp_path / "checkpoint.bin"),
-                "--checkpoint-size",
-                "1MiB",
-                "--render-seconds",
-                str(render_seconds),
-            ],
+            "command": demo_engine(
+                render_seconds=render_seconds, checkpoint=tmp_path / "checkpoint.bin"
+            ),
             "cwd": str(ROOT),
             "env": {"EAGER_LOAD_MODEL": "1" if eager else "0"},
             "stop_grace": "5s",
@@ -58,13 +48,7 @@ def comfy_config(
         "scaling": {"idle_after": "2s", "busy_poll": "1s", "stream_activity_window": "500ms"},
         "waiting_page": "off",
     }
-    spec.update(target)
-    return {
-        "listen": "127.0.0.1:0",
-        "admin_listen": "127.0.0.1:0",
-        "server": {"access_log": False},
-        "targets": {"comfy": spec},
-    }
+    return one_target("comfy", spec, **target)
 
 
 def phase(wg: Running) -> Phase:

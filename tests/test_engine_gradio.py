@@ -15,7 +15,7 @@ import pytest
 from gradio_client import Client
 
 from router.scale.state import Phase
-from tests.helpers import ROOT, Running, wait_until, warmgate
+from tests.helpers import Running, gradio_app, one_target, wait_until, warmgate
 
 PREFIX = "/wan"
 
@@ -29,18 +29,8 @@ def gradio_config(tmp_path: Path, **target: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "engine": "gradio",
         "routes": [{"path_prefix": PREFIX, "strip_prefix": True}],
-        "backend": {
-            "kind": "process",
-            "command": ["python", "-m", "tests.gradio_app", "--port", "{port}"],
-            "cwd": str(ROOT),
-            "env": {
-                "GRADIO_ANALYTICS_ENABLED": "False",
-                "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
-                "GRADIO_IS_E2E_TEST": "1",  # heartbeats every 250 ms instead of 15 s
-                "HF_HUB_OFFLINE": "1",
-            },
-            "stop_grace": "5s",
-        },
+        # GRADIO_IS_E2E_TEST: heartbeats every 250 ms instead of 15 s
+        "backend": gradio_app(tmp_path, GRADIO_IS_E2E_TEST="1"),
         "readiness": {"interval": "100ms"},
         "scaling": {
             "idle_after": "2s",
@@ -50,13 +40,7 @@ def gradio_config(tmp_path: Path, **target: Any) -> dict[str, Any]:
         },
         "waiting_page": "off",
     }
-    spec.update(target)
-    return {
-        "listen": "127.0.0.1:0",
-        "admin_listen": "127.0.0.1:0",
-        "server": {"access_log": False},
-        "targets": {"wan": spec},
-    }
+    return one_target("wan", spec, **target)
 
 
 def phase(wg: Running) -> Phase:

@@ -11,7 +11,7 @@ import aiohttp
 from openai import AsyncOpenAI
 
 from router.scale.state import Phase
-from tests.helpers import ROOT, Running, wait_until, warmgate
+from tests.helpers import ROOT, Running, one_target, wait_until, warmgate
 
 
 def openai_config(**target: Any) -> dict[str, Any]:
@@ -27,13 +27,7 @@ def openai_config(**target: Any) -> dict[str, Any]:
         "readiness": {"interval": "50ms"},
         "scaling": {"idle_after": "1s", "stream_activity_window": "200ms"},
     }
-    spec.update(target)
-    return {
-        "listen": "127.0.0.1:0",
-        "admin_listen": "127.0.0.1:0",
-        "server": {"access_log": False},
-        "targets": {"llm": spec},
-    }
+    return one_target("llm", spec, **target)
 
 
 def phase(wg: Running) -> Phase:

@@ -23,7 +23,7 @@ from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, S
 from router.scale.engine_queue import EngineQueue
 from router.scale.state import Phase
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import ROOT, metric_value, serve_app, wait_until, warmgate
+from tests.helpers import ROOT, gradio_app, metric_value, serve_app, wait_until, warmgate
 from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES
 from tests.test_gradio_queue import gradio529_python
 from tests.test_parked import graph
@@ -314,17 +314,7 @@ async def test_gradios_queue_size_is_the_depth_the_poll_reads(
     target = {
         "engine": "gradio",
         "routes": [{"path_prefix": "/wan", "strip_prefix": True}],
-        "backend": {
-            "kind": "process",
-            "command": [gradio_python, "-m", "tests.gradio_app", "--port", "{port}"],
-            "cwd": str(ROOT),
-            "env": {
-                "GRADIO_ANALYTICS_ENABLED": "False",
-                "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
-                "HF_HUB_OFFLINE": "1",
-            },
-            "stop_grace": "5s",
-        },
+        "backend": gradio_app(tmp_path, gradio_python),
         "readiness": {"interval": "100ms"},
         "scaling": {"idle_after": "10m", "cold_start_timeout": "90s", "busy_poll": "200ms"},
         "waiting_page": "off",

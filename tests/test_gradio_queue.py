@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from router.scale.state import Phase
-from tests.helpers import ROOT, Running, wait_until, warmgate
+from tests.helpers import ROOT, Running, gradio_app, wait_until, warmgate
 
 PREFIX = "/wan"
 GRADIO529 = ROOT / ".venv-gradio529"
@@ -51,17 +51,7 @@ def config(tmp_path: Path, python: str) -> dict[str, Any]:
             "wan": {
                 "engine": "gradio",
                 "routes": [{"path_prefix": PREFIX, "strip_prefix": True}],
-                "backend": {
-                    "kind": "process",
-                    "command": [python, "-m", "tests.gradio_app", "--port", "{port}"],
-                    "cwd": str(ROOT),
-                    "env": {
-                        "GRADIO_ANALYTICS_ENABLED": "False",
-                        "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
-                        "HF_HUB_OFFLINE": "1",
-                    },
-                    "stop_grace": "5s",
-                },
+                "backend": gradio_app(tmp_path, python),
                 "readiness": {"interval": "100ms"},
                 "scaling": {
                     "idle_after": "4s",

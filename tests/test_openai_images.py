@@ -7,7 +7,6 @@ import asyncio
 import base64
 import json
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from router.openai.errors import InvalidRequest
 from router.openai.images import fill, image_values
 from router.scale.state import Phase
-from tests.helpers import ROOT
+from tests.helpers import ROOT, demo_engine
 from tests.openai_stack import Stack, cloud_key, stack
 
 __all__ = ["cloud_key"]
@@ -39,19 +38,7 @@ def with_comfyui(tmp: Path, max_wait: str = "60s") -> Any:
             "routes": [{"path_prefix": "/"}],
             "backend": {
                 "kind": "process",
-                "command": [
-                    sys.executable,
-                    "-m",
-                    "backends.demo_engine",
-                    "--port",
-                    "{port}",
-                    "--checkpoint-size",
-                    "1MiB",
-                    "--render-seconds",
-                    "0.2",
-                    "--checkpoint",
-                    str(tmp / "ckpt.bin"),
-                ],
+                "command": demo_engine(checkpoint=tmp / "ckpt.bin"),
                 "cwd": str(ROOT),
                 "stop_grace": "2s",
             },

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from router.simulate.accesslog import convert
 from router.simulate.backends import Duration
 from router.simulate.run import Options, replay
 from router.simulate.trace import parse
-from tests.helpers import ROOT, Subprocess, metric_value
+from tests.helpers import ROOT, Subprocess, demo_engine, metric_value
 
 TRACE = """time,target,kind,work_seconds
 0,demo,render,0.2
@@ -40,15 +39,7 @@ def _config() -> dict[str, Any]:
                 "routes": [{"path_prefix": "/"}],
                 "backend": {
                     "kind": "process",
-                    "command": [
-                        sys.executable,
-                        "-m",
-                        "backends.demo_engine",
-                        "--port",
-                        "{port}",
-                        "--checkpoint-size",
-                        "1MiB",
-                    ],
+                    "command": demo_engine(render_seconds=None),
                     "port": 0,
                     "cwd": str(ROOT),
                     "env": {"EAGER_LOAD_MODEL": "1"},
