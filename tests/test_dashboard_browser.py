@@ -9,46 +9,18 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.browser import chromium, needs_chromium
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import ROOT, serve_app, warmgate
 from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES, process_target
 from tests.test_dashboard import TOKEN, config, sleepy
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (make test installs Debian's chromium)"
-)
-
-
-@asynccontextmanager
-async def chromium(width: int = 1280, height: int = 900) -> AsyncIterator[Any]:
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        try:
-            yield await browser.new_page(viewport={"width": width, "height": height})
-        finally:
-            await browser.close()
+pytestmark = needs_chromium
 
 
 def card(name: str, phase: str) -> str:

@@ -9,15 +9,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from router.scale.state import Phase
-from tests.helpers import ROOT, wait_until, warmgate
-from tests.test_dashboard_browser import CHROMIUM, chromium
+from tests.browser import chromium, needs_chromium
+from tests.helpers import ROOT, demo_engine, wait_until, warmgate
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (make test installs Debian's chromium)"
-)
+pytestmark = needs_chromium
 
 WATCH_BANNER = """
 window.bannerShown = 0;
@@ -31,11 +27,7 @@ document.addEventListener('DOMContentLoaded', () => {
 
 
 def demo(tmp: Path) -> dict[str, Any]:
-    command = [
-        "python", "-m", "backends.demo_engine", "--port", "{port}",
-        "--checkpoint", str(tmp / "checkpoint.bin"), "--checkpoint-size", "1MiB",
-        "--render-seconds", "2", "--steps", "6",
-    ]  # fmt: skip
+    command = demo_engine("--steps", "6", render_seconds=2, checkpoint=tmp / "checkpoint.bin")
     return {
         "listen": "127.0.0.1:0",
         "admin_listen": "127.0.0.1:0",

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 
-import pytest
+from tests.browser import chromium, needs_chromium
+from tests.helpers import ROOT, demo_engine, warmgate
 
-from tests.helpers import ROOT, warmgate
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (make test installs Debian's chromium)"
-)
+pytestmark = needs_chromium
 
 
 def demo_config(checkpoint_mib: int) -> dict[str, object]:
@@ -25,17 +20,7 @@ def demo_config(checkpoint_mib: int) -> dict[str, object]:
                 "routes": [{"path_prefix": "/"}],
                 "backend": {
                     "kind": "process",
-                    "command": [
-                        "python",
-                        "-m",
-                        "backends.demo_engine",
-                        "--port",
-                        "{port}",
-                        "--checkpoint-size",
-                        f"{checkpoint_mib}MiB",
-                        "--render-seconds",
-                        "0.3",
-                    ],
+                    "command": demo_engine(size=f"{checkpoint_mib}MiB", render_seconds=0.3),
                     "cwd": str(ROOT),
                 },
                 "readiness": {"path": "/readyz", "interval": "100ms"},
@@ -45,37 +30,17 @@ def demo_config(checkpoint_mib: int) -> dict[str, object]:
 
 
 async def test_browser_waits_on_the_page_then_lands_on_the_demo_ui() -> None:
-    from playwright.async_api import async_playwright
-
-    async with warmgate(demo_config(32)) as wg, async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        try:
-            page = await browser.new_page()
-            response = await page.goto(wg.url + "/")
-            assert response is not None and response.status == 503
-            assert "Starting" in await page.title()
-            assert await page.locator("#state").text_content() in ("cold", "starting")
-            # The page follows the phase and reloads itself into the engine's own UI.
-            await page.wait_for_function(
-                "() => !document.title.startsWith('Starting')", timeout=60_000
-            )
-            await page.wait_for_load_state("load")
-            assert "Starting" not in await page.content()
-            # The demo UI works through warmgate: render one prompt over its websocket.
-            await page.fill("#text", "a lighthouse at dusk")
-            await page.click("#render")
-            await page.wait_for_selector("#final[src*='view']", timeout=30_000)
-            await asyncio.sleep(0)
-        finally:
-            await browser.close()
+    async with warmgate(demo_config(32)) as wg, chromium() as page:
+        response = await page.goto(wg.url + "/")
+        assert response is not None and response.status == 503
+        assert "Starting" in await page.title()
+        assert await page.locator("#state").text_content() in ("cold", "starting")
+        # The page follows the phase and reloads itself into the engine's own UI.
+        await page.wait_for_function("() => !document.title.startsWith('Starting')", timeout=60_000)
+        await page.wait_for_load_state("load")
+        assert "Starting" not in await page.content()
+        # The demo UI works through warmgate: render one prompt over its websocket.
+        await page.fill("#text", "a lighthouse at dusk")
+        await page.click("#render")
+        await page.wait_for_selector("#final[src*='view']", timeout=30_000)
+        await asyncio.sleep(0)
