@@ -2,11 +2,13 @@
 stage of a start is told as it goes: the demo engine, started by the process backend, reports
 its checkpoint load progress on ``/readyz``, and the waiting page, ``/.warmgate/status`` and
 ``/targets`` show the start ``loading`` with it; after a restart the first waiting page shows
-the cold start learned before, and the day's cloud spend is where it was."""
+the cold start learned before, and the day's cloud spend is where it was. So does what a wake
+from parked takes: a restarted warmgate predicts the wake it learned, before any new one."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from pathlib import Path
@@ -15,8 +17,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.helpers import ROOT, metric_value, warmgate
+from router.scale.wakes import Wakes
+from tests.helpers import ROOT, metric_value, wait_until, warmgate
 from tests.openai_stack import cloud_key, stack  # noqa: F401 - a fixture
+from tests.test_parked import config as parking_config
+from tests.test_parked import demo, parked, prompt, rendered
 
 PAGE = {"Accept": "text/html,application/xhtml+xml", "Sec-Fetch-Mode": "navigate"}
 HELLO = [{"role": "user", "content": "hello"}]
@@ -123,6 +128,68 @@ async def test_a_corrupt_state_file_is_ignored_with_a_warning(
     async with warmgate(config, base_dir=str(tmp_path)) as wg, aiohttp.ClientSession() as http:
         assert (await get_json(http, f"{wg.url}/.warmgate/status/t"))["eta"] == 90.0
     assert "ignoring unreadable state" in caplog.text
+
+
+def parking(tmp: Path) -> dict[str, Any]:
+    """The demo engine, parked after a second idle; a wake expected to take 45 s until seen."""
+    target = demo("comfy", tmp, expected_wake="45s")
+    return parking_config({"comfy": target}, state_dir=str(tmp / "state"))
+
+
+async def test_the_learned_wake_survives_a_restart(tmp_path: Path) -> None:
+    data = parking(tmp_path)
+    async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as http:
+        runtime, url = wg.runtime("comfy"), wg.url + "/comfy"
+        view = await get_json(http, wg.admin + "/status")
+        assert view["targets"]["comfy"]["parked"]["wake_eta"] == 45
+        for _ in range(2):  # a cold start, then a wake from parked
+            prompt_id, _ = await prompt(http, url)
+            await rendered(http, url, prompt_id)
+            await wait_until(lambda: parked(runtime), timeout=20)
+        assert await metric_value(wg.admin, "warmgate_wake_seconds_count", target="comfy") == 1
+        learned = runtime.wakes.predicted()
+        assert 0 < learned < 45
+    kept = json.loads((tmp_path / "state" / "comfy.wake.json").read_text())
+    assert kept == {"version": 1, "wakes": [learned]}
+
+    async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as http:
+        shown = (await get_json(http, wg.admin + "/status"))["targets"]["comfy"]["parked"]
+        assert (shown["wake_eta"], shown["wakes_seen"]) == (round(learned, 2), 1)  # not 45 s
+        assert wg.runtime("comfy").wakes.predicted() == learned
+        assert await metric_value(wg.admin, "warmgate_wake_seconds_count", target="comfy") == 0
+
+
+@pytest.mark.parametrize(
+    ("kept", "warning"),
+    [
+        ('{"version": 1, "wakes": [0.4, ', "ignoring unreadable state"),
+        ('{"version": 1, "wakes": ["fast"]}', "comfy: ignoring wakes in"),
+        ('{"version": 1, "wakes": [0.4, Infinity]}', "comfy: ignoring wakes in"),
+        ('{"version": 2, "wakes": [0.4]}', "comfy: ignoring wakes in"),
+    ],
+)
+async def test_a_damaged_wake_document_is_ignored_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kept: str, warning: str
+) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "comfy.wake.json").write_text(kept)
+    async with warmgate(parking(tmp_path), str(tmp_path)) as wg, aiohttp.ClientSession() as http:
+        shown = (await get_json(http, wg.admin + "/status"))["targets"]["comfy"]["parked"]
+        assert (shown["wake_eta"], shown["wakes_seen"]) == (45, 0)  # relearned from the start
+    assert warning in caplog.text
+
+
+def test_a_wake_document_round_trips_and_what_it_cannot_be_is_refused() -> None:
+    wakes = Wakes(45.0)
+    for seconds in (0.8, 1.1, 0.9):
+        wakes.record(seconds)
+    again = Wakes(45.0)
+    assert again.load(json.loads(json.dumps(wakes.to_json())))
+    assert (list(again.history), again.predicted()) == (list(wakes.history), wakes.predicted())
+    assert again.load({"version": 1, "wakes": []}) and again.predicted() == 45.0
+    for bad in ({"wakes": [1.0]}, {"version": 1}, {"version": 1, "wakes": [True]}):
+        assert not again.load(bad)
+    assert again.predicted() == 45.0, "a refused document changes nothing"
 
 
 @pytest.mark.usefixtures("cloud_key")

@@ -97,9 +97,9 @@ class Config(Frozen):
     """Several warmgate replicas (docs/replicas.md). Omitted: this replica is the only one."""
     state_dir: str | None = None
     """Directory for what warmgate learns and must not forget at a restart (learned cold-start
-    figures, the day's cloud spend), as small JSON files; created on demand, relative to this
-    file. Omitted: ``warmgate-state`` beside this file (a config given as data, not as a file,
-    keeps nothing unless it names one). A Kubernetes target keeps its figures
+    figures and wakes, the day's cloud spend), as small JSON files; created on demand, relative
+    to this file. Omitted: ``warmgate-state`` beside this file (a config given as data, not as
+    a file, keeps nothing unless it names one). A Kubernetes target keeps its figures
     on its Deployment, and several replicas their spend in a ConfigMap, instead
     (docs/operations.md). Unwritable or unreadable: a warning, never a failure."""
     pools: Mapping[str, Pool] = Field(default_factory=dict)

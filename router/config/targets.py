@@ -167,8 +167,9 @@ class Scaling(Frozen):
     expected_wake: Duration | None = None
     """Seconds a wake from parked is expected to take before warmgate has seen one of this
     target (the waiting page's first ETA, the API policy's prediction, what ``park_after: auto``
-    prices a wake at, and a wake's length in ``warmgate simulate``). Omitted: 2 s, about a
-    reload of 8 GiB from host memory and a probe. Learned from the first wake on."""
+    prices a wake at, and a wake's length in ``warmgate simulate`` where no wake was kept).
+    Omitted: 2 s, about a reload of 8 GiB from host memory and a probe. Learned from the first
+    wake on, and kept across restarts (``state_dir``, or the Deployment's annotation)."""
 
     @field_validator("idle_bounds")
     @classmethod

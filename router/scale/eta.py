@@ -112,11 +112,11 @@ class ColdStarts:
         not one this version reads."""
         if document.get("version") != DOCUMENT_VERSION:
             return False
-        starts = _seconds(document.get("starts"))
+        starts = kept_seconds(document.get("starts"))
         stages = document.get("stages")
         if starts is None or not isinstance(stages, Mapping):
             return False
-        by_stage = {str(k): _seconds(v) for k, v in stages.items() if k in STAGES}
+        by_stage = {str(k): kept_seconds(v) for k, v in stages.items() if k in STAGES}
         if any(v is None for v in by_stage.values()):
             return False
         self.history = deque(starts, maxlen=HISTORY)
@@ -125,7 +125,9 @@ class ColdStarts:
         return True
 
 
-def _seconds(value: object) -> list[float] | None:
+def kept_seconds(value: object) -> list[float] | None:
+    """The last :data:`HISTORY` seconds of a kept list; ``None`` when it is no list of finite
+    numbers (a document this version does not read)."""
     if not isinstance(value, list):
         return None
     out = []

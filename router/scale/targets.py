@@ -31,6 +31,8 @@ log = logging.getLogger("warmgate.lifecycle")
 
 LEARNED = "cold-start"
 """The key the learned cold-start figures are kept under (``router.scale.persist``)."""
+WAKES = "wake"
+"""The key the learned wakes from parked are kept under, beside the cold starts."""
 
 
 def _servable(state: TargetState) -> bool:
@@ -101,6 +103,7 @@ class TargetRuntime:
         self.store: StateStore | None = None
         """Where what is learned survives a restart (set by the wiring; ``None``: forgotten)."""
         self._kept: Writer | None = None
+        self._kept_wakes: Writer | None = None
         self.m_in_flight = metrics.in_flight.labels(name)
         self.m_held = metrics.held_requests.labels(name)
         self.m_hold_seconds = metrics.hold_seconds.labels(name)
@@ -204,8 +207,10 @@ class TargetRuntime:
             self._kept.put(self.cold_starts.to_json())
 
     def record_wake(self, seconds: float) -> None:
-        """Learn from one wake from parked."""
+        """Learn from one wake from parked, and keep what was learned (``store``)."""
         self.wakes.record(seconds)
+        if self._kept_wakes is not None:
+            self._kept_wakes.put(self.wakes.to_json())
         self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
 
     def predicted_cold_start(self, default: float | None = None) -> float:
@@ -245,12 +250,14 @@ class TargetRuntime:
                     "%s: ignoring cold starts in %s: unknown form", self.name, self.store.where
                 )
         self._kept = Writer(self.store, LEARNED)
+        self._kept_wakes = await restore_wakes(self.name, self.wakes, self.store)
         await self.idling.restore(self.store)  # idle_after: auto's histogram, beside them
 
     async def close_learned(self) -> None:
         """The last learned figures are written (bounded), nothing after."""
-        if self._kept is not None:
-            await self._kept.close()
+        for kept in (self._kept, self._kept_wakes):
+            if kept is not None:
+                await kept.close()
         await self.idling.close()
 
     def waited(self) -> None:
@@ -325,3 +332,21 @@ class TargetRuntime:
             self.m_held.dec()
             self.m_hold_seconds.observe(self.loop.time() - now)
             self.metrics.hold_outcomes.labels(self.name, outcome).inc()
+
+
+async def restore_wakes(name: str, wakes: Wakes, store: StateStore) -> Writer:
+    """Read back the wakes learned before a restart (a bad document: a warning, relearned);
+    the writer that keeps them from now on."""
+    document = await store.load(WAKES)
+    if document is not None:
+        if wakes.load(document):
+            log.info(
+                "%s: %d wakes remembered from %s (a wake takes %.1fs)",
+                name,
+                len(wakes.history),
+                store.where,
+                wakes.predicted(),
+            )
+        else:
+            log.warning("%s: ignoring wakes in %s: unknown form", name, store.where)
+    return Writer(store, WAKES)
