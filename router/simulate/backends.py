@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,8 @@ from backends.units import parse_duration
 from router.config import Config
 from router.scale.eta import ColdStarts
 from router.scale.persist import FileStore, decode
-from router.scale.targets import LEARNED
+from router.scale.targets import LEARNED, WAKES
+from router.scale.wakes import Wakes
 
 _RANGE = re.compile(r"^\s*([^.\s]+)\s*\.\.\s*([^.\s]+)\s*$")
 PARK_SECONDS = 1.0
@@ -205,11 +206,13 @@ class MemoryStore:
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """A target's cold starts as ``warmgate serve`` measured and kept them (``state_dir``)."""
+    """A target's cold starts (or wakes from parked) as ``warmgate serve`` measured and kept
+    them (``state_dir``)."""
 
     duration: Duration
     """Drawn uniformly between the shortest and the longest kept."""
     starts: int
+    """How many were kept (cold starts, or wakes)."""
     where: str
 
 
@@ -217,20 +220,40 @@ def measured_cold_starts(config: Config) -> dict[str, Measured]:
     """Per target: the cold starts the live server kept in ``config``'s ``state_dir``
     (``<target>.cold-start.json``, the last twenty), where there are any. A cluster's are on
     its Deployments, out of a replay's reach."""
+
+    def starts(document: Mapping[str, Any]) -> list[float]:
+        learned = ColdStarts(0.0)
+        return list(learned.history) if learned.restore(document) else []
+
+    return _measured(config, LEARNED, starts)
+
+
+def measured_wakes(config: Config) -> dict[str, Measured]:
+    """Per target: the wakes from parked the live server kept in ``config``'s ``state_dir``
+    (``<target>.wake.json``, the last twenty), where there are any."""
+
+    def wakes(document: Mapping[str, Any]) -> list[float]:
+        learned = Wakes()
+        return list(learned.history) if learned.load(document) else []
+
+    return _measured(config, WAKES, wakes)
+
+
+def _measured(
+    config: Config, key: str, read: Callable[[Mapping[str, Any]], list[float]]
+) -> dict[str, Measured]:
     directory = config.state_path
     out: dict[str, Measured] = {}
     if directory is None:
         return out
     for name in config.targets:
-        path = FileStore(directory, f"{name}.").path(LEARNED)
+        path = FileStore(directory, f"{name}.").path(key)
         try:
             raw = path.read_bytes()
         except OSError:
             continue
         document = decode(raw, str(path))
-        starts = ColdStarts(0.0)
-        if document is None or not starts.restore(document) or not starts.history:
-            continue
-        seen = list(starts.history)
-        out[name] = Measured(Duration(min(seen), max(seen)), len(seen), str(path))
+        seen = [] if document is None else read(document)
+        if seen:
+            out[name] = Measured(Duration(min(seen), max(seen)), len(seen), str(path))
     return out

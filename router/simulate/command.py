@@ -8,13 +8,13 @@ import datetime
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from router.config import Environment
 from router.simulate.accesslog import convert
-from router.simulate.backends import Duration, measured_cold_starts
+from router.simulate.backends import Duration, Measured, measured_cold_starts, measured_wakes
 from router.simulate.report import Summary, summarize, table, write_csv
 from router.simulate.run import Options, Result, replay
 from router.simulate.trace import DEFAULT_START, Trace, TraceError, check_names, read, write
@@ -56,21 +56,25 @@ def _unknown_targets(args: argparse.Namespace, base: Variant) -> str | None:
 
 
 def _measured(options: Options, base: Variant) -> Options:
-    """The cold starts the live server kept for the targets --cold-start does not name."""
+    """The cold starts and the wakes the live server kept, for the targets --cold-start (or
+    --wake) does not name."""
     from dataclasses import replace
 
-    given = options.cold_start
-    found = {
-        name: m
-        for name, m in measured_cold_starts(base.config).items()
-        if name not in given and "*" not in given
-    }
+    starts = _kept(measured_cold_starts(base.config), options.cold_start, "a cold start")
+    wakes = _kept(measured_wakes(base.config), options.wake, "a wake")
+    return replace(options, measured=starts, measured_wake=wakes)
+
+
+def _kept(
+    measured: dict[str, Measured], given: Mapping[str, Duration], what: str
+) -> dict[str, Duration]:
+    found = {n: m for n, m in measured.items() if n not in given and "*" not in given}
     for name, m in found.items():
         print(
-            f"{name}: a cold start takes {m.duration} as measured ({m.starts} kept in {m.where})",
+            f"{name}: {what} takes {m.duration} as measured ({m.starts} kept in {m.where})",
             file=sys.stderr,
         )
-    return replace(options, measured={name: m.duration for name, m in found.items()})
+    return {name: m.duration for name, m in found.items()}
 
 
 def _per_target(specs: list[str], option: str) -> dict[str, Duration]:
@@ -272,8 +276,8 @@ def add_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="[TARGET=]SPEC",
-        help="a wake from parked: 2s, or 1s..3s drawn uniformly; default: the target's "
-        "expected_wake, else 2s",
+        help="a wake from parked: 2s, or 1s..3s drawn uniformly; default: the wakes "
+        "warmgate serve measured (state_dir), else the target's expected_wake, else 2s",
     )
     command.add_argument("--stop", default="5s", help="a stop's duration (SPEC); default 5s")
     command.add_argument("--seed", type=int, default=1, help="for drawn durations; default 1")

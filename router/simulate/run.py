@@ -48,8 +48,10 @@ class Options:
     """Per target: the cold starts ``warmgate serve`` measured and kept (``state_dir``)."""
     stop: Duration = DEFAULT_STOP
     wake: Mapping[str, Duration] = field(default_factory=dict)
-    """A wake from parked, per target (``*``: every other one); else the target's
-    ``scaling.expected_wake``, else 2 s."""
+    """A wake from parked, per target (``*``: every other one); else what the live server
+    measured (``measured_wake``), else the target's ``scaling.expected_wake``, else 2 s."""
+    measured_wake: Mapping[str, Duration] = field(default_factory=dict)
+    """Per target: the wakes ``warmgate serve`` measured and kept (``state_dir``)."""
     seed: int = 1
     tokens_per_second: float = 40.0
     """An API request's ``tokens`` in GPU seconds when it runs locally (decode speed)."""
@@ -112,6 +114,8 @@ def wake_for(name: str, config: Config, options: Options) -> Duration:
     given = options.wake.get(name) or options.wake.get("*")
     if given is not None:
         return given
+    if name in options.measured_wake:
+        return options.measured_wake[name]
     expected = config.targets[name].scaling.expected_wake
     seconds = EXPECTED_WAKE if expected is None else expected
     return Duration(seconds, seconds)

@@ -4,6 +4,7 @@ displacements and waits, and park_after: auto learned in the replay."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,9 @@ import yaml
 
 from router.cli import main
 from router.config import parse_config
-from router.simulate.backends import Duration
+from router.simulate.backends import Duration, measured_wakes
 from router.simulate.report import summarize
-from router.simulate.run import Options, replay
+from router.simulate.run import Options, replay, wake_for
 from router.simulate.trace import parse
 from router.simulate.variants import auto_idle, variant
 
@@ -83,6 +84,55 @@ def test_the_wake_given_on_the_command_line_wins(tmp_path: Path, capsys: Any) ->
     assert "parks / wakes" in shown and "7.0s / 7.0s / 7.0s" in shown
     header, row = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert dict(zip(header.split(","), row.split(","), strict=True))["wake_max"] == "7.0"
+
+
+def _kept_wakes(tmp: Path, *wakes: float) -> Path:
+    """A config whose state_dir holds the wakes ``warmgate serve`` kept for ``t``."""
+    (tmp / "state").mkdir()
+    (tmp / "state" / "t.wake.json").write_text(json.dumps({"version": 1, "wakes": list(wakes)}))
+    data = {"state_dir": "state", "targets": {"t": _target(expected_wake="3s")}}
+    (tmp / "w.yaml").write_text(yaml.safe_dump(data))
+    (tmp / "day.csv").write_text(_trace((3600, "t"), (4400, "t"), (5200, "t")))
+    return tmp / "w.yaml"
+
+
+def _simulate(tmp: Path, *given: str) -> dict[str, str]:
+    code = main(
+        ["simulate", "-c", str(tmp / "w.yaml"), "-t", str(tmp / "day.csv"), "--cold-start",
+         "30s", "--tail", "10m", "--out", str(tmp / "out"), *given]
+    )  # fmt: skip
+    assert code == 0
+    header, row = (tmp / "out" / "summary.csv").read_text().splitlines()
+    return dict(zip(header.split(","), row.split(","), strict=True))
+
+
+def test_the_wakes_warmgate_serve_kept_are_replayed(tmp_path: Path, capsys: Any) -> None:
+    _kept_wakes(tmp_path, 6.0, 8.0, 7.0)
+    summary = _simulate(tmp_path)
+    shown, told = capsys.readouterr()
+    assert f"t: a wake takes 6s..8s as measured (3 kept in {tmp_path / 'state'}" in told
+    assert summary["wakes"] == "2"
+    assert 6.0 <= float(summary["wake_p50"]) <= float(summary["wake_max"]) <= 8.0  # not 3 s
+    waits = (float(summary[k]) for k in ("wake_p50", "wake_p95", "wake_max"))
+    assert " / ".join(f"{w:.1f}s" for w in waits) in shown  # the table's wait for a wake
+
+    summary = _simulate(tmp_path, "--wake", "t=1s")  # the command line wins
+    assert "a wake takes" not in capsys.readouterr().err
+    assert summary["wake_max"] == "1.0"
+
+
+def test_a_replays_wake_is_the_given_then_the_measured_then_the_expected(tmp_path: Path) -> None:
+    config = parse_config(yaml.safe_load(_kept_wakes(tmp_path, 4.0, 5.0).read_text()),
+                          str(tmp_path / "w.yaml"), str(tmp_path))  # fmt: skip
+    measured = measured_wakes(config)
+    assert measured["t"].duration == Duration(4.0, 5.0) and measured["t"].starts == 2
+    kept = Options(measured_wake={"t": measured["t"].duration})
+    assert wake_for("t", config, kept) == Duration(4.0, 5.0)
+    given = Options(wake={"*": Duration(9.0, 9.0)}, measured_wake=kept.measured_wake)
+    assert wake_for("t", config, given) == Duration(9.0, 9.0)
+    assert wake_for("t", config, Options()) == Duration(3.0, 3.0)  # scaling.expected_wake
+    (tmp_path / "state" / "t.wake.json").write_text('{"version": 1, "wakes": [4.0, "x"]}')
+    assert measured_wakes(config) == {}
 
 
 def test_a_full_pool_displaces_the_idle_one_and_the_newcomer_waits_for_it() -> None:
