@@ -30,16 +30,15 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from backends.kubernetes.api import DEPLOYMENTS, Forbidden
-from backends.kubernetes.client import Access, connect
 from router.scale.state import Phase
 from tests.deploy_tree import build
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import Running, metric_value, serve_app, warmgate
 
+from .access import apply_rbac, as_warmgate
 from .cluster import KubeCluster
 from .kubelet import TestKubelet
-from .test_warmgate_on_kube import apply_rbac, eventually
+from .test_warmgate_on_kube import eventually
 from .workloads import ENGINE_PORT, engine_deployment, engine_service
 
 GPU = "nvidia.com/gpu"
@@ -174,23 +173,8 @@ async def busy(
     for name in TARGETS:
         await lab.apps.create_namespaced_deployment(ns, gpu_deployment(name))
         await lab.core.create_namespaced_service(ns, engine_service(name))
-    lab.kubeconfig = await asyncio.to_thread(
-        kube_cluster.service_account_kubeconfig, ns, "warmgate", False
-    )
-    monkeypatch.setenv("KUBECONFIG", str(lab.kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    lab.kubeconfig = await as_warmgate(kube_cluster, ns, monkeypatch)
     monkeypatch.setenv(KEY_ENV, "sk-busy-cloud")
-    api = await connect(Access("kubeconfig", kubeconfig=lab.kubeconfig))
-    try:  # RBAC caches catch up within moments
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    await api.list(DEPLOYMENTS, ns)
-                    break
-                except Forbidden:
-                    await asyncio.sleep(0.1)
-    finally:
-        await api.close()
     yield lab
 
 

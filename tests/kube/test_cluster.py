@@ -19,12 +19,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .cluster import KubeCluster, new_api_client
 from .kubelet import TestKubelet
+from .workloads import deployment, engine_service
 
 PORT = 8080
 
 
-def web_deployment(name: str, docroot: Path) -> Any:  # a manifest dict
-    labels = {"app": name}
+def web_deployment(name: str, docroot: Path) -> dict[str, Any]:
     container = {
         "name": "web",
         "image": "local/python",
@@ -33,28 +33,7 @@ def web_deployment(name: str, docroot: Path) -> Any:  # a manifest dict
         "ports": [{"name": "http", "containerPort": PORT}],
         "readinessProbe": {"httpGet": {"path": "/hello.txt", "port": "http"}, "periodSeconds": 1},
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-        },
-    }
-
-
-def service(name: str) -> Any:  # a manifest dict
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {
-            "selector": {"app": name},
-            "ports": [{"name": "http", "port": 80, "targetPort": PORT}],
-        },
-    }
+    return deployment(name, container)
 
 
 async def watch_until(
@@ -111,7 +90,7 @@ async def test_scale_zero_one_zero(
     (tmp_path / "hello.txt").write_text("hello from the pod\n")
 
     await apps.create_namespaced_deployment(ns, web_deployment(name, tmp_path))
-    await core.create_namespaced_service(ns, service(name))
+    await core.create_namespaced_service(ns, engine_service(name, PORT))
     scale = await apps.read_namespaced_deployment_scale(name, ns)
     assert not scale.spec.replicas  # 0 comes back absent
 

@@ -16,20 +16,17 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from backends.kubernetes.api import DEPLOYMENTS, Forbidden
-from backends.kubernetes.client import Access, connect
 from router.scale.state import Phase
 from tests.helpers import ROOT, metric_value, warmgate
 
+from .access import apply_rbac, as_warmgate
 from .cluster import KubeCluster
 from .kubelet import TestKubelet
-from .test_warmgate_on_kube import apply_rbac
-from .workloads import ENGINE_PORT, engine_service
+from .workloads import ENGINE_PORT, deployment, engine_service
 
 
 def demo_deployment(name: str, checkpoint: Path) -> dict[str, Any]:
     """A render Deployment at 0 replicas whose pod is the demo engine (ComfyUI's API)."""
-    labels = {"app": name}
     container = {
         "name": "engine",
         "image": "local/demo-engine",
@@ -40,16 +37,7 @@ def demo_deployment(name: str, checkpoint: Path) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 1},
     }  # fmt: skip
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-        },
-    }
+    return deployment(name, container)
 
 
 @dataclass
@@ -96,22 +84,7 @@ async def lab(
     for name in ("comfy", "wan"):
         await apps.create_namespaced_deployment(ns, demo_deployment(name, tmp_path / f"{name}.bin"))
         await core.create_namespaced_service(ns, engine_service(name))
-    kubeconfig = await asyncio.to_thread(
-        kube_cluster.service_account_kubeconfig, ns, "warmgate", False
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    api = await connect(Access("kubeconfig", kubeconfig=kubeconfig))
-    try:
-        async with asyncio.timeout(10):  # RBAC caches catch up within moments
-            while True:
-                try:
-                    await api.list(DEPLOYMENTS, ns)
-                    break
-                except Forbidden:
-                    await asyncio.sleep(0.1)
-    finally:
-        await api.close()
+    await as_warmgate(kube_cluster, ns, monkeypatch)
     yield Lab(kube_client, ns, tmp_path)
 
 

@@ -25,9 +25,9 @@ from backends.base import BackendError
 from backends.kubernetes.api import DEPLOYMENTS, Forbidden
 from backends.kubernetes.client import Access, connect
 from router.scale.state import Phase
-from tests.deploy_tree import router_rbac
 from tests.helpers import ROOT, Running, metric_value, warmgate
 
+from .access import apply_rbac, as_warmgate
 from .cluster import KubeCluster
 from .kubelet import TestKubelet
 from .workloads import ENGINE_PORT, engine_deployment, engine_service
@@ -84,17 +84,6 @@ class Lab:
         }
 
 
-async def apply_rbac(admin: client.ApiClient, namespace: str) -> None:
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
-    for obj in router_rbac({"render": namespace, "warmgate": namespace}):
-        create = {
-            "ServiceAccount": core.create_namespaced_service_account,
-            "Role": rbac.create_namespaced_role,
-            "RoleBinding": rbac.create_namespaced_role_binding,
-        }[obj["kind"]]
-        await create(namespace, obj)
-
-
 @pytest.fixture
 async def lab(
     kube_cluster: KubeCluster,
@@ -108,25 +97,8 @@ async def lab(
     apps, core = client.AppsV1Api(kube_client), client.CoreV1Api(kube_client)
     await apps.create_namespaced_deployment(ns, engine_deployment("engine"))
     await core.create_namespaced_service(ns, engine_service("engine"))
-    kubeconfig = await asyncio.to_thread(
-        kube_cluster.service_account_kubeconfig, ns, "warmgate", False
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    lab = Lab(kube_cluster, kube_client, ns, kubeconfig)
-    # RBAC caches catch up within moments: wait until the ServiceAccount may list.
-    api = await connect(Access("kubeconfig", kubeconfig=kubeconfig))
-    try:
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    await api.list(DEPLOYMENTS, ns)
-                    break
-                except Forbidden:
-                    await asyncio.sleep(0.1)
-    finally:
-        await api.close()
-    yield lab
+    kubeconfig = await as_warmgate(kube_cluster, ns, monkeypatch)
+    yield Lab(kube_cluster, kube_client, ns, kubeconfig)
 
 
 async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, str, str | None]:

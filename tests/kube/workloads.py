@@ -11,17 +11,9 @@ from tests.helpers import ROOT
 ENGINE_PORT = 8188
 
 
-def engine_deployment(name: str, *, replicas: int = 0, load: float = 0.2) -> dict[str, Any]:
+def deployment(name: str, container: dict[str, Any], *, replicas: int = 0) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods of the one ``container``, selected by ``app: name``."""
     labels = {"app": name}
-    container = {
-        "name": "engine",
-        "image": "local/sleepy-engine",
-        "command": [sys.executable, "-m", "tests.sleepy_engine"],
-        "args": ["--host", "{host}", "--port", "{port}", "--load", str(load)],
-        "workingDir": str(ROOT),
-        "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 1},
-    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -34,13 +26,27 @@ def engine_deployment(name: str, *, replicas: int = 0, load: float = 0.2) -> dic
     }
 
 
-def engine_service(name: str) -> dict[str, Any]:
+def engine_deployment(name: str, *, replicas: int = 0, load: float = 0.2) -> dict[str, Any]:
+    container = {
+        "name": "engine",
+        "image": "local/sleepy-engine",
+        "command": [sys.executable, "-m", "tests.sleepy_engine"],
+        "args": ["--host", "{host}", "--port", "{port}", "--load", str(load)],
+        "workingDir": str(ROOT),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 1},
+    }
+    return deployment(name, container, replicas=replicas)
+
+
+def engine_service(name: str, target_port: int | str = "http") -> dict[str, Any]:
+    """The Service on port 80 in front of ``name``'s pods (their port ``target_port``)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name},
         "spec": {
             "selector": {"app": name},
-            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            "ports": [{"name": "http", "port": 80, "targetPort": target_port}],
         },
     }
