@@ -97,6 +97,8 @@ class IdleRule:
         self._window_until = -math.inf
         self._window_active = False
         self._window_lead = 0.0
+        self._learned_to = loop.time()
+        """The end of the last burst whose following gap was learned (at first, the start)."""
         self._store: Store | None = None
         self._saving: asyncio.Task[None] | None = None
 
@@ -122,6 +124,18 @@ class IdleRule:
     def idle_after(self, cold_start: float, wake: float = 2.0) -> float:
         """Seconds idle before the release."""
         return self.in_force(cold_start, wake).idle_after
+
+    def resumed_at(self, idle_since: float | None, now: float) -> None:
+        """Activity began at ``now`` with none before it, idle since ``idle_since``: the gap
+        since the last burst ended is learned, once (a page load, then its render held, then in
+        flight all end the same gap), and not the first use's (the time since warmgate started
+        is no gap between bursts). A request while the burst goes on (the engine's queue busy,
+        a stream's frames within ``stream_activity_window``: idle only from a time still to
+        come) ends no gap, and leaves the one that follows that time to be learned."""
+        if idle_since is None or idle_since >= now or idle_since <= self._learned_to:
+            return
+        self._learned_to = idle_since
+        self.resumed(now - idle_since)
 
     def resumed(self, gap: float) -> None:
         """Activity began again after ``gap`` seconds idle (a request, a hold, a page)."""

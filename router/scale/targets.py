@@ -7,7 +7,6 @@ activity to it; the target's lifecycle owns every phase change.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -22,17 +21,10 @@ from router.scale.eta import ColdStarts
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.idle_policy import Windows
 from router.scale.idling import IdleRule
-from router.scale.persist import Writer
+from router.scale.learned import Learned
 from router.scale.pools import Seats
 from router.scale.state import Phase, StateCell, TargetState
 from router.scale.wakes import Wakes
-
-log = logging.getLogger("warmgate.lifecycle")
-
-LEARNED = "cold-start"
-"""The key the learned cold-start figures are kept under (``router.scale.persist``)."""
-WAKES = "wake"
-"""The key the learned wakes from parked are kept under, beside the cold starts."""
 
 
 def _servable(state: TargetState) -> bool:
@@ -81,6 +73,7 @@ class TargetRuntime:
         self.closing = False
         """warmgate is draining (SIGTERM): no cold start begins (:meth:`shut_down`)."""
         self.on_first_hold: list[Callable[[], None]] = []
+        """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
         self.pool: Seats | None = None
         """The GPU pool this target takes turns on (set by the wiring); ``None``: none."""
         expected_wake = spec.scaling.expected_wake
@@ -88,9 +81,6 @@ class TargetRuntime:
         """The recent wakes from parked: what the next one is expected to take."""
         self.park_asked = False
         """A park was asked for (the dashboard): parked once idle; the lifecycle resets it."""
-        """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
-        self._learned_to = now
-        """The end of the last burst whose following gap was learned (at first, the start)."""
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
@@ -100,10 +90,9 @@ class TargetRuntime:
         self.queue = EngineQueue()
         """The engine's own queue as the busy poll reads it, and the time one job takes there:
         the API policy's load and predicted wait for this target while it is ready."""
+        self.learned = Learned(name, self.cold_starts, self.wakes)
         self.store: StateStore | None = None
         """Where what is learned survives a restart (set by the wiring; ``None``: forgotten)."""
-        self._kept: Writer | None = None
-        self._kept_wakes: Writer | None = None
         self.m_in_flight = metrics.in_flight.labels(name)
         self.m_held = metrics.held_requests.labels(name)
         self.m_hold_seconds = metrics.hold_seconds.labels(name)
@@ -161,20 +150,12 @@ class TargetRuntime:
         return self.idling.describe(self.predicted_cold_start(), self.wakes.predicted())
 
     def _resumed(self, now: float) -> None:
-        """Activity begins with none before it: the gap since the last burst ended is learned,
-        once (a page load, then its render held, then in flight all end the same gap), and not
-        the first use's (the time since warmgate started is no gap between bursts). A request
-        while the burst goes on (the engine's queue busy, a stream's frames within
-        ``stream_activity_window``: idle only from a time still to come) ends no gap, and
-        leaves the one that follows that time to be learned."""
+        """Activity begins with none before it: the idle rule learns the gap since the last
+        burst ended (:meth:`IdleRule.resumed_at`)."""
         activity = self.activity
-        if activity.held or activity.in_flight:
-            return
-        idle_since = activity.idle_since(self.spec.scaling.stream_activity_window)
-        if idle_since is None or idle_since >= now or idle_since <= self._learned_to:
-            return
-        self._learned_to = idle_since
-        self.idling.resumed(now - idle_since)
+        if not (activity.held or activity.in_flight):
+            window = self.spec.scaling.stream_activity_window
+            self.idling.resumed_at(activity.idle_since(window), now)
 
     def servable_now(self) -> TargetState | None:
         state = self.cell.current
@@ -201,16 +182,12 @@ class TargetRuntime:
     def record_cold_start(self, seconds: float, stages: dict[str, float] | None = None) -> None:
         """Learn from one cold start (and its time per stage, where the backend told), and
         keep what was learned (``store``)."""
-        self.cold_starts.record(seconds, stages)
+        self.learned.cold_start(seconds, stages)
         self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
-        if self._kept is not None:
-            self._kept.put(self.cold_starts.to_json())
 
     def record_wake(self, seconds: float) -> None:
         """Learn from one wake from parked, and keep what was learned (``store``)."""
-        self.wakes.record(seconds)
-        if self._kept_wakes is not None:
-            self._kept_wakes.put(self.wakes.to_json())
+        self.learned.wake(seconds)
         self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
 
     def predicted_cold_start(self, default: float | None = None) -> float:
@@ -224,40 +201,18 @@ class TargetRuntime:
         """Expected seconds until ready, now: the whole prediction when not starting; while
         starting, what is left of it (per stage where stages were learned); ``None`` while no
         GPU is free for it (nobody can tell)."""
-        state, now = self.cell.current, self.loop.time()
-        if state.phase is not Phase.STARTING:
-            return self.predicted_cold_start()
-        in_stage = now - state.stage_since if state.stage is not None else 0.0
-        return self.cold_starts.remaining(state.stage, in_stage, now - state.since)
+        return self.learned.eta(self.cell.current, self.loop.time())
 
     async def restore_learned(self) -> None:
-        """Read back what was learned before a restart (a bad document: a warning, ignored),
-        and write through from now on."""
-        if self.store is None:
-            return
-        document = await self.store.load(LEARNED)
-        if document is not None:
-            if self.cold_starts.restore(document):
-                log.info(
-                    "%s: %d cold starts remembered from %s (ETA %.1fs)",
-                    self.name,
-                    len(self.cold_starts.history),
-                    self.store.where,
-                    self.predicted_cold_start(),
-                )
-            else:
-                log.warning(
-                    "%s: ignoring cold starts in %s: unknown form", self.name, self.store.where
-                )
-        self._kept = Writer(self.store, LEARNED)
-        self._kept_wakes = await restore_wakes(self.name, self.wakes, self.store)
-        await self.idling.restore(self.store)  # idle_after: auto's histogram, beside them
+        """Read back what was learned before a restart (the cold starts, the wakes, and
+        ``idle_after: auto``'s histogram beside them), and write through from now on."""
+        if self.store is not None:
+            await self.learned.restore(self.store)
+            await self.idling.restore(self.store)
 
     async def close_learned(self) -> None:
         """The last learned figures are written (bounded), nothing after."""
-        for kept in (self._kept, self._kept_wakes):
-            if kept is not None:
-                await kept.close()
+        await self.learned.close()
         await self.idling.close()
 
     def waited(self) -> None:
@@ -332,21 +287,3 @@ class TargetRuntime:
             self.m_held.dec()
             self.m_hold_seconds.observe(self.loop.time() - now)
             self.metrics.hold_outcomes.labels(self.name, outcome).inc()
-
-
-async def restore_wakes(name: str, wakes: Wakes, store: StateStore) -> Writer:
-    """Read back the wakes learned before a restart (a bad document: a warning, relearned);
-    the writer that keeps them from now on."""
-    document = await store.load(WAKES)
-    if document is not None:
-        if wakes.load(document):
-            log.info(
-                "%s: %d wakes remembered from %s (a wake takes %.1fs)",
-                name,
-                len(wakes.history),
-                store.where,
-                wakes.predicted(),
-            )
-        else:
-            log.warning("%s: ignoring wakes in %s: unknown form", name, store.where)
-    return Writer(store, WAKES)

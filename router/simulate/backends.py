@@ -27,8 +27,8 @@ from backends.base import (
 from backends.units import parse_duration
 from router.config import Config
 from router.scale.eta import ColdStarts
+from router.scale.learned import LEARNED, WAKES
 from router.scale.persist import FileStore, decode
-from router.scale.targets import LEARNED, WAKES
 from router.scale.wakes import Wakes
 
 _RANGE = re.compile(r"^\s*([^.\s]+)\s*\.\.\s*([^.\s]+)\s*$")
