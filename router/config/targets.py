@@ -100,7 +100,9 @@ def _idle_after(value: object) -> object:
         return "auto"
     try:
         return parse_duration(value)
-    except ValueError:
+    except ValueError as exc:
+        if not isinstance(value, str):  # a number out of range: why, as for other durations
+            raise ValueError(f"{exc} (or auto)") from None
         raise ValueError(f"expected a duration such as 30s, 5m, or auto, got {value!r}") from None
 
 
