@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from router.config import parse_config
 from router.simulate.accesslog import convert
 from router.simulate.backends import Duration
 from router.simulate.run import Options, replay
-from tests.helpers import ROOT, Subprocess, wait_until
+from tests.helpers import ROOT, Subprocess, demo_engine, wait_until
 from tests.test_demo_engine import graph
 
 PAUSE = 6.0
@@ -37,17 +36,7 @@ def _config(state_dir: Path) -> dict[str, Any]:
                 "routes": [{"path_prefix": "/"}],
                 "backend": {
                     "kind": "process",
-                    "command": [
-                        sys.executable,
-                        "-m",
-                        "backends.demo_engine",
-                        "--port",
-                        "{port}",
-                        "--checkpoint-size",
-                        "1MiB",
-                        "--render-seconds",
-                        "2.5",  # longer than busy_poll: a poll sees the render
-                    ],
+                    "command": demo_engine(render_seconds=2.5),  # a poll sees the render
                     "port": 0,
                     "cwd": str(ROOT),
                     "env": {"EAGER_LOAD_MODEL": "1"},
