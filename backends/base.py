@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +232,7 @@ def load_progress(engine: Engine, base_url: str) -> float | None:
 class ReportsQueue(Protocol):
     """What an :class:`Engine` that tells the depth of its own queue offers (ComfyUI's
     ``queue_remaining``, Gradio's ``queue_size``, vLLM's ``vllm:num_requests_waiting``); ask
-    through :func:`queue_depth`. The depth is read by :meth:`Engine.busy`, the busy poll."""
+    through :func:`queue_reporter`. The depth is read by :meth:`Engine.busy`, the busy poll."""
 
     def queue_depth(self, base_url: str) -> int | None:
         """Jobs in the engine's queue at ``base_url`` as the last busy poll read them; ``None``
@@ -240,18 +240,10 @@ class ReportsQueue(Protocol):
         ...
 
 
-_REPORTS_QUEUE: dict[type, bool] = {}
-"""Whether each engine class tells its queue: an ``isinstance`` against a Protocol reads every
-member, and the busy poll asks once a second per target (a replayed week: half a million)."""
-
-
-def queue_depth(engine: Engine, base_url: str) -> int | None:
-    """The depth of the engine's own queue at ``base_url`` as last polled, where it tells one."""
-    kind = type(engine)
-    reports = _REPORTS_QUEUE.get(kind)
-    if reports is None:
-        reports = _REPORTS_QUEUE[kind] = isinstance(engine, ReportsQueue)
-    return cast(ReportsQueue, engine).queue_depth(base_url) if reports else None
+def queue_reporter(engine: Engine) -> ReportsQueue | None:
+    """The engine's own queue as its busy poll reads it, or ``None`` for an engine that does not
+    tell one (fixed by its class: asked once, not at every poll)."""
+    return engine if isinstance(engine, ReportsQueue) else None
 
 
 def parking(engine: Engine) -> Parkable | None:

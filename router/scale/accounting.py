@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from backends.base import queue_depth
+from backends.base import queue_reporter
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -22,6 +22,7 @@ class Accounting:
         self.rt = runtime
         self._accounted_at = runtime.loop.time()
         self._next_busy_poll = 0.0
+        self._reporter = queue_reporter(runtime.engine)
         gpu_seconds = runtime.metrics.gpu_seconds
         self._seconds = {s: gpu_seconds.labels(runtime.name, s) for s in ("busy", "idle", "parked")}
         """The target's ``warmgate_gpu_seconds_total`` children, labelled once."""
@@ -48,7 +49,9 @@ class Accounting:
         except Exception:  # an engine's probe must never stop its lifecycle
             log.exception("%s: busy check failed", self.rt.name)
             busy = False
-        self.rt.queue.heard(queue_depth(self.rt.engine, endpoint), self.now)
+        reporter = self._reporter
+        depth = None if reporter is None else reporter.queue_depth(endpoint)
+        self.rt.queue.heard(depth, self.now)
         if busy:
             self.rt.activity.busy_until = self.now + self.busy_window
 
