@@ -111,26 +111,30 @@ class Result:
 
 
 def wake_for(name: str, config: Config, options: Options) -> Duration:
-    given = options.wake.get(name) or options.wake.get("*")
-    if given is not None:
-        return given
-    if name in options.measured_wake:
-        return options.measured_wake[name]
     expected = config.targets[name].scaling.expected_wake
-    seconds = EXPECTED_WAKE if expected is None else expected
-    return Duration(seconds, seconds)
+    return _chosen(name, options.wake, options.measured_wake, expected, EXPECTED_WAKE)
 
 
 def cold_start_for(name: str, config: Config, options: Options) -> Duration:
-    given = options.cold_start.get(name) or options.cold_start.get("*")
-    if given is not None:
-        return given
-    if name in options.measured:
-        return options.measured[name]
-    expected = getattr(config.targets[name].scaling, "expected_cold_start", None)
-    if isinstance(expected, int | float) and expected > 0:
-        return Duration(float(expected), float(expected))
-    return DEFAULT_COLD_START
+    expected = config.targets[name].scaling.expected_cold_start
+    fallback = DEFAULT_COLD_START.low
+    return _chosen(name, options.cold_start, options.measured, expected or None, fallback)
+
+
+def _chosen(
+    name: str,
+    given: Mapping[str, Duration],
+    measured: Mapping[str, Duration],
+    expected: float | None,
+    fallback: float,
+) -> Duration:
+    """What the command line gives for ``name`` (or ``*``), else what the live server measured,
+    else the config's expected seconds, else ``fallback``."""
+    chosen = given.get(name) or given.get("*") or measured.get(name)
+    if chosen is not None:
+        return chosen
+    seconds = fallback if expected is None else expected
+    return Duration(seconds, seconds)
 
 
 def replay(config: Config, trace: Trace, options: Options, label: str = "config") -> Result:
