@@ -190,11 +190,10 @@ class TargetRuntime:
         self.learned.wake(seconds)
         self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
 
-    def predicted_cold_start(self, default: float | None = None) -> float:
+    def predicted_cold_start(self) -> float:
         """Expected seconds from scale-up to ready: learned from the recent cold starts, else
         ``scaling.expected_cold_start`` (or ``policy.assumed_cold_start``): one figure for the
-        waiting page and the policy alike. ``default`` is no longer read (it was the figure
-        before any start, which the config now says)."""
+        waiting page and the policy alike."""
         return self.cold_starts.predicted()
 
     def eta(self) -> float | None:

@@ -54,7 +54,7 @@ class ApiPlacer:
                         max(self.loads[p.target], activity.in_flight),
                         activity.held,
                         rt.spec.scaling.max_held,
-                        rt.predicted_cold_start(self.policy.assumed_cold_start),
+                        rt.predicted_cold_start(),
                         state.retry_at,
                         rt.may_wake(_API_FACTS),
                         wake=rt.wakes.predicted(),
