@@ -21,8 +21,8 @@ from router.cluster.keda_proto import externalscaler_pb2_grpc as pb_grpc
 from router.config import HostPort, parse_config
 from router.errors import ConfigError
 from router.metrics import Metrics
+from router.scale.deadline import SLACK
 from router.scale.lifecycle import Lifecycle
-from router.scale.scaling import SLACK
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.server import Server

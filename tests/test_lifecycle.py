@@ -15,6 +15,7 @@ from router.config import parse_config
 from router.errors import HoldTimeout, Shedding, TargetAsleep, TargetFailed
 from router.metrics import Metrics
 from router.scale.lifecycle import Lifecycle
+from router.scale.scaling import Act, decide
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from tests.fakes import FakeBackend, FakeEngine
@@ -236,3 +237,37 @@ async def test_a_held_client_that_leaves_is_not_activity() -> None:
         assert rig.metric("warmgate_hold_outcomes_total", outcome="disconnected") == 1
         await rig.until(Phase.READY)
         await rig.until(Phase.COLD)  # it starts (someone asked), then idles out normally
+
+
+class _Clock:
+    """The running loop with a clock the test sets: uvloop's reads whole milliseconds, so an
+    idle window often ends exactly on a reading."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, now: float) -> None:
+        self._loop, self.now = loop, now
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+
+async def test_a_drain_decided_on_the_boundary_is_not_cancelled_by_its_own_recheck() -> None:
+    """The decision and the drain's last look ask one question: at a reading where the one says
+    idle long enough, the other agrees (they once did the sum in two orders, and the lifecycle
+    spun through drain-cancel pairs until the clock moved on)."""
+    rig = make_rig(idle_after="2s")
+    clock = _Clock(asyncio.get_running_loop(), 22063.784)
+    rt = rig.runtime
+    rt.loop = clock  # type: ignore[assignment]
+    await rig.backend.scale_up()
+    rig.lifecycle.phases.publish(
+        rt.state.with_phase(Phase.READY, clock.now, endpoints=(rig.backend.endpoint,))
+    )
+    rt.activity.last_request = 22061.785  # 2.0 s before, in the loop's own readings
+    step = decide(rig.lifecycle.view())
+    assert step.act is Act.DRAIN
+    await rig.lifecycle._perform(step)
+    assert rig.phase is Phase.COLD
+    assert rig.backend.calls == ["up", "down"]

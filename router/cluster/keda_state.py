@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from backends.base import Backend, outside_autoscaler
-from router.scale.scaling import SLACK
+from router.scale.deadline import SLACK
 from router.scale.state import Phase, TargetState
 
 RECHECK_HELD = 1.0

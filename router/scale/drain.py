@@ -10,8 +10,8 @@ import logging
 
 from router.scale.accounting import Accounting
 from router.scale.coordination import Others
+from router.scale.deadline import idle_reached
 from router.scale.fencing import Fencing
-from router.scale.scaling import SLACK
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.scale.transitions import Transitions
@@ -60,7 +60,11 @@ class Drain:
         window = rt.spec.scaling.stream_activity_window
         idle_since = activity.idle_since(window)
         needed = rt.idle_after() if idle_needed is None else idle_needed
-        if activity.held > 0 or idle_since is None or self.now - idle_since + SLACK < needed:
+        if (
+            activity.held > 0
+            or idle_since is None
+            or not idle_reached(self.now, idle_since, needed)
+        ):
             phases.back_to(before, "drain cancelled")
             return
         phases.publish(rt.state.with_phase(Phase.DRAINING, self.now, reason=reason, stopping=True))

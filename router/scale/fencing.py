@@ -11,7 +11,7 @@ import logging
 import math
 
 from router.scale.coordination import Others
-from router.scale.scaling import SLACK
+from router.scale.deadline import idle_reached
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 from router.scale.transitions import Transitions
@@ -59,7 +59,7 @@ class Fencing:
         if activity.held or idle_since is None:
             return "active here"
         idle = now - idle_since
-        if idle + SLACK < (rt.idle_after() if needed is None else needed):
+        if not idle_reached(now, idle_since, rt.idle_after() if needed is None else needed):
             return f"idle for only {idle:.1f}s here"
         self.fenced_until, self.fenced_by = until, leader
         reason = f"{leader} is releasing it (idle for {idle:.0f}s here too)"

@@ -8,7 +8,8 @@ target is the scaler's (:mod:`router.cluster.keda_state`).
 from __future__ import annotations
 
 from backends.base import Backend, outside_autoscaler
-from router.scale.scaling import SLACK, Act, Step, View, decide
+from router.scale.deadline import idle_reached
+from router.scale.scaling import Act, Step, View, decide
 from router.scale.state import Phase
 
 
@@ -36,7 +37,7 @@ def decide_keda(v: View) -> Step:
             return Step(Act.LOST, reason="KEDA scaled it to zero")
         if v.held > 0:
             return Step(Act.ADOPT, reason="a request arrived while KEDA was scaling it down")
-        if v.idle_since is None or v.idle_since + v.release_after > v.now + SLACK:
+        if v.idle_since is None or not idle_reached(v.now, v.idle_since, v.release_after):
             # another warmgate replica was active meanwhile: the scaler says active again
             return Step(Act.ADOPT, reason="active on another replica")
         return Step(Act.WAIT)

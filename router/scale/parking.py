@@ -15,8 +15,8 @@ import logging
 from backends.base import ParkError, parking
 from router.scale.accounting import Accounting
 from router.scale.coordination import Others
+from router.scale.deadline import idle_reached
 from router.scale.fencing import Fencing
-from router.scale.scaling import SLACK
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.scale.transitions import Transitions
@@ -53,7 +53,7 @@ class Parking:
         idle_since = activity.idle_since(rt.spec.scaling.stream_activity_window)
         if activity.held > 0 or idle_since is None:
             return False
-        return self.now - idle_since + SLACK >= needed
+        return idle_reached(self.now, idle_since, needed)
 
     async def park(self, reason: str, idle_needed: float, *, displaced: bool = False) -> None:
         rt, phases = self.rt, self.phases

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-SLACK = 0.001
-"""Seconds: an idleness this close to ``yield_after`` counts as reached."""
+from router.scale.deadline import idle_reached
 
 How = Literal["park", "stop"]
 
@@ -53,7 +52,7 @@ class Member:
             and self.ready
             and self.held == 0
             and self.idle_since is not None
-            and now + SLACK >= self.idle_since + yield_after
+            and idle_reached(now, self.idle_since, yield_after)
         )
 
 

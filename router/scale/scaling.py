@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from backends.base import Observation, Stage
 from router.config import Scaling
+from router.scale.deadline import SLACK, idle_reached
 from router.scale.pools import How, Wait
 from router.scale.state import Phase, TargetState
 
@@ -124,11 +125,6 @@ class Step:
     """PARK and YIELD that make room in a GPU pool: the target they make room for."""
 
 
-SLACK = 0.001
-"""Seconds: a deadline this close counts as reached (clocks are not infinitely fine, and a
-timer that fires a hair early must not make the lifecycle spin)."""
-
-
 def backoff(failures: int, scaling: Scaling) -> float:
     """Seconds to wait after the ``failures``-th failed start in a row (doubling, capped)."""
     return float(
@@ -213,10 +209,10 @@ def _park_or_release(v: View, now: float) -> Step:
     park_after = v.park_window
     if release.act is Act.DRAIN or not v.can_park or not (park_after > 0 or v.park_asked):
         return release
-    park_at = -math.inf if v.park_asked else v.idle_since + park_after
-    park_at = max(park_at, v.release_not_before)
-    if now < park_at:
-        return Step(Act.WAIT, until=min(park_at, release.until))
+    due = v.park_asked or idle_reached(v.now, v.idle_since, park_after)
+    if not due or now < v.release_not_before:
+        park_at = -math.inf if v.park_asked else v.idle_since + park_after
+        return Step(Act.WAIT, until=min(max(park_at, v.release_not_before), release.until))
     if not v.may_release:
         return release
     reason = "asked to park" if v.park_asked else f"idle for {now - v.idle_since:.0f}s"
@@ -255,9 +251,8 @@ def _idle_release(v: View, now: float, why: str) -> Step:
     """Drain once idle for ``idle_after`` (and not put off), when this replica may release;
     else wait for that moment (or, past it, for a change of leader, which wakes the loop)."""
     assert v.idle_since is not None
-    release_at = max(v.idle_since + v.release_after, v.release_not_before)
-    if now < release_at:
-        return Step(Act.WAIT, until=release_at)
+    if not idle_reached(v.now, v.idle_since, v.release_after) or now < v.release_not_before:
+        return Step(Act.WAIT, until=max(v.idle_since + v.release_after, v.release_not_before))
     if not v.may_release:
         return Step(Act.WAIT)
     return Step(Act.DRAIN, reason=f"{why}idle for {now - v.idle_since:.0f}s")

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from router.scale.scaling import SLACK
+from router.scale.deadline import SLACK
 from router.scale.state import Phase
 from tests.helpers import warmgate
 from tests.keda_client import FakeKeda
