@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from backends.base import Backend, outside_autoscaler
-from router.scale.deadline import SLACK
+from router.scale.deadline import SLACK, idle_reached
 from router.scale.state import Phase, TargetState
 
 RECHECK_HELD = 1.0
@@ -72,13 +72,13 @@ def activeness(w: Wants) -> Activeness:
         return answer(True, "starting")
     if w.idle_since is None:  # once stopping: only through another warmgate replica
         return answer(True, "active", w.now + w.idle_after)
-    if phase is Phase.DRAINING and state.stopping and now >= w.idle_since + w.idle_after:
-        return answer(False, "idle: released")
-    if phase is Phase.DRAINING and state.stopping:  # another replica was active meanwhile
-        release_at = w.idle_since + w.idle_after
+    idle, release_at = idle_reached(w.now, w.idle_since, w.idle_after), w.idle_since + w.idle_after
+    if phase is Phase.DRAINING and state.stopping:
+        if idle:
+            return answer(False, "idle: released")
+        # another replica was active meanwhile
         return answer(True, "active on another replica within its idle window", release_at)
-    release_at = w.idle_since + w.idle_after
-    if now < release_at:
+    if not idle:
         return answer(True, "within its idle window", release_at)
     return answer(False, f"idle for {now - w.idle_since:.0f}s")
 

@@ -11,6 +11,7 @@ set (CI), where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from .cluster import KubeBinaries, KubeCluster, new_api_client
 from .kubelet import TestKubelet
@@ -74,7 +76,24 @@ async def kube_namespace_fixture(kube_client: client.ApiClient) -> AsyncIterator
     name = f"t-{uuid.uuid4().hex[:10]}"
     await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
+        await _default_service_account(core, name)
         yield name
     finally:
         await core.delete_namespace(name)  # Terminating: no new pods from here on
         await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+
+
+async def _default_service_account(core: client.CoreV1Api, namespace: str) -> None:
+    """Until the controller-manager has made the namespace's ``default`` ServiceAccount, no pod
+    may be created there (``serviceaccount "default" not found``): a Deployment scaled up
+    meanwhile reports ``ReplicaFailure``, which warmgate rightly takes for a failed start. A
+    namespace in a real cluster has had it long before anything is deployed."""
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while True:
+        try:
+            await core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException as exc:
+            if exc.status != 404 or asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)

@@ -84,7 +84,10 @@ async def test_simulated_and_live_agree(tmp_path: Path) -> None:
     simulated_phases = [phase for _at, phase in record.phases[1:]]
 
     assert record.cold_starts == live_starts == 3
-    assert simulated_phases == live_phases == ["starting", "ready", "draining", "cold"] * 3
+    lifecycle = "\n".join(line for line in log.splitlines() if "warmgate.lifecycle" in line)
+    assert simulated_phases == live_phases == ["starting", "ready", "draining", "cold"] * 3, (
+        lifecycle
+    )
     assert sum(o.cold for o in result.outcomes) >= 3
 
     converted = convert(log.splitlines(), "warmgate.log")
