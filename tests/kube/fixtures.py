@@ -84,16 +84,17 @@ async def kube_namespace_fixture(kube_client: client.ApiClient) -> AsyncIterator
 
 
 async def _default_service_account(core: client.CoreV1Api, namespace: str) -> None:
-    """Until the controller-manager has made the namespace's ``default`` ServiceAccount, no pod
-    may be created there (``serviceaccount "default" not found``): a Deployment scaled up
-    meanwhile reports ``ReplicaFailure``, which warmgate rightly takes for a failed start. A
-    namespace in a real cluster has had it long before anything is deployed."""
-    deadline = asyncio.get_running_loop().time() + 30.0
-    while True:
-        try:
-            await core.read_namespaced_service_account("default", namespace)
-            return
-        except ApiException as exc:
-            if exc.status != 404 or asyncio.get_running_loop().time() > deadline:
-                raise
-        await asyncio.sleep(0.05)
+    """Until the controller-manager has made the namespace's ``default`` ServiceAccount and its
+    token (1.20's admission mounts it into every pod), no pod may be created there: a Deployment
+    scaled up meanwhile reports ``ReplicaFailure``, which warmgate rightly takes for a failed
+    start. A namespace in a real cluster has had both long before anything is deployed."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                account = await core.read_namespaced_service_account("default", namespace)
+                if account.secrets:
+                    return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            await asyncio.sleep(0.05)

@@ -222,7 +222,8 @@ async def test_a_pod_deleted_mid_request_fails_that_request_only(lab: Lab) -> No
         assert (await get(http, wg.url + "/"))[0] == 200
         async with asyncio.timeout(60):
             await runtime.cell.wait_for(lambda s: len(s.endpoints) == 2)
-        first = asyncio.ensure_future(get(http, wg.url + "/slow?s=8"))
+        # Longer than the pod's grace: only the kill ends it, however late the delete comes.
+        first = asyncio.ensure_future(get(http, wg.url + "/slow?s=30"))
         await eventually(lambda: _true(len(runtime.endpoint_load) == 1), within=10)
         (victim,) = runtime.endpoint_load
         second = asyncio.ensure_future(get(http, wg.url + "/slow?s=8"))
