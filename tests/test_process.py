@@ -54,7 +54,8 @@ def child_pids(pid: int) -> list[int]:
 
 
 async def test_a_thousand_requests_during_one_cold_start_are_all_answered() -> None:
-    async with warmgate(process_config(load=1.0)) as wg:
+    # A load long enough that all 1000 are held before it ends, however slowly they connect.
+    async with warmgate(process_config(load=3.0)) as wg:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as client:
 
@@ -93,12 +94,12 @@ async def test_a_crash_while_ready_fails_in_flight_requests_then_wakes_again() -
         async with client.get(wg.url + "/") as resp:
             assert resp.status == 200
         slow = asyncio.ensure_future(client.get(wg.url + "/slow?s=30"))
-        await asyncio.sleep(0.3)
+        runtime = wg.runtime()
+        await wait_until(lambda: runtime.activity.in_flight == 1)  # forwarded, not held
         async with client.get(wg.url + "/crash") as resp:
             assert resp.status == 502
         response = await slow
         assert response.status == 502
-        runtime = wg.runtime()
         await wait_until(lambda: runtime.state.phase is Phase.COLD)
         async with client.get(wg.url + "/") as resp:
             assert resp.status == 200

@@ -16,6 +16,7 @@ from tests.helpers import metric_value, serve_app, static_config, warmgate
 
 RELEASE = web.AppKey("release_event_2", asyncio.Event)
 CANCELLED = web.AppKey("cancelled", asyncio.Event)
+SLOW_STARTED = web.AppKey("slow_started", asyncio.Event)
 WS_CLOSED = web.AppKey("ws_closed_with", list)
 
 
@@ -56,6 +57,7 @@ def comfy_like_upstream(seen: list[web.Request]) -> web.Application:
         return response
 
     async def slow(request: web.Request) -> web.Response:
+        request.app[SLOW_STARTED].set()
         try:
             await asyncio.sleep(float(request.query.get("s", "5")))
         except asyncio.CancelledError:
@@ -85,6 +87,7 @@ def comfy_like_upstream(seen: list[web.Request]) -> web.Application:
     app = web.Application(middlewares=[origin_check])
     app[RELEASE] = asyncio.Event()
     app[CANCELLED] = asyncio.Event()
+    app[SLOW_STARTED] = asyncio.Event()
     app[WS_CLOSED] = []
     app.router.add_get("/gzip", gz)
     app.router.add_get("/sse", sse)
@@ -272,8 +275,8 @@ async def test_malformed_request_is_400(stack) -> None:  # type: ignore[no-untyp
 async def test_client_disconnect_cancels_the_upstream_request(stack) -> None:  # type: ignore[no-untyped-def]
     wg, _, upstream_app = stack
     async with aiohttp.ClientSession() as other:
-        task = asyncio.ensure_future(other.get(wg.url + "/slow?s=0.8"))
-        await asyncio.sleep(0.2)
+        task = asyncio.ensure_future(other.get(wg.url + "/slow?s=30"))
+        await asyncio.wait_for(upstream_app[SLOW_STARTED].wait(), 5)  # forwarded
         task.cancel()
     await asyncio.wait_for(upstream_app[CANCELLED].wait(), 5)
 

@@ -20,6 +20,8 @@ from tests.test_process import alive
 HELD = 200
 IN_FLIGHT = 20
 DRAIN_GRACE = 20.0
+SLOW = 10.0
+"""Seconds each request in flight takes: within the drain's grace."""
 
 
 def sleepy(prefix: str, load: float) -> dict[str, Any]:
@@ -64,8 +66,8 @@ async def test_sigterm_with_200_held_answers_every_request_and_leaves_no_child(
                     await resp.read()
                     return resp.status, resp.headers.get("Retry-After"), time.monotonic()
 
-            in_flight = [
-                asyncio.ensure_future(ask(f"/warm/slow?s=3&i={i}")) for i in range(IN_FLIGHT)
+            in_flight = [  # still in flight at the SIGTERM, however slowly the 200 connect
+                asyncio.ensure_future(ask(f"/warm/slow?s={SLOW:g}&i={i}")) for i in range(IN_FLIGHT)
             ]
             held = [asyncio.ensure_future(ask(f"/cold/item/{i}")) for i in range(HELD)]
             async with asyncio.timeout(30):
