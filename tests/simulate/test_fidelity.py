@@ -18,7 +18,7 @@ from router.simulate.accesslog import convert
 from router.simulate.backends import Duration
 from router.simulate.run import Options, replay
 from router.simulate.trace import parse
-from tests.helpers import ROOT, Subprocess, demo_engine, metric_value
+from tests.helpers import ROOT, Subprocess, demo_engine, metric_value, wait_until
 
 TRACE = """time,target,kind,work_seconds
 0,demo,render,0.2
@@ -70,7 +70,8 @@ async def test_simulated_and_live_agree(tmp_path: Path) -> None:
     server = Subprocess(_config(), tmp_path).start()
     try:
         await _send_live(server.url, TRACE)
-        await asyncio.sleep(4.0)  # the last release: idle_after, then the stop
+        # the last release: idle_after, then the stop
+        await wait_until(lambda: server.log.read_text().count("-> cold") == 3, timeout=30)
         live_starts = await metric_value(server.admin, "warmgate_cold_starts_total", target="demo")
     finally:
         server.terminate()

@@ -21,9 +21,10 @@ from router.simulate.run import Options, replay
 from tests.helpers import ROOT, Subprocess, demo_engine, wait_until
 from tests.test_demo_engine import graph
 
-PAUSE = 6.0
+PAUSE = 8.0
 """Seconds left alone after a render is done: past the lower bound (3 s) once the engine's busy
-window (``busy_poll`` + 1 s = 2 s at most past the render) is counted in the burst."""
+window (``busy_poll`` + 1 s = 2 s at most past the render, stamped when the poll answers) is
+counted in the burst, with room for a slow poll."""
 PAUSES = 2
 
 
