@@ -18,6 +18,7 @@ from router.scale.lifecycle import Lifecycle
 from router.scale.scaling import Act, decide
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
+from router.simulate.clock import VirtualLoop
 from tests.fakes import FakeBackend, FakeEngine
 from tests.rig import Rig
 
@@ -239,35 +240,30 @@ async def test_a_held_client_that_leaves_is_not_activity() -> None:
         await rig.until(Phase.COLD)  # it starts (someone asked), then idles out normally
 
 
-class _Clock:
-    """The running loop with a clock the test sets: uvloop's reads whole milliseconds, so an
-    idle window often ends exactly on a reading."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, now: float) -> None:
-        self._loop, self.now = loop, now
-
-    def time(self) -> float:
-        return self.now
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loop, name)
-
-
-async def test_a_drain_decided_on_the_boundary_is_not_cancelled_by_its_own_recheck() -> None:
-    """The decision and the drain's last look ask one question: at a reading where the one says
-    idle long enough, the other agrees (they once did the sum in two orders, and the lifecycle
-    spun through drain-cancel pairs until the clock moved on)."""
+async def _drain_on_the_boundary() -> Rig:
     rig = make_rig(idle_after="2s")
-    clock = _Clock(asyncio.get_running_loop(), 22063.784)
     rt = rig.runtime
-    rt.loop = clock  # type: ignore[assignment]
     await rig.backend.scale_up()
     rig.lifecycle.phases.publish(
-        rt.state.with_phase(Phase.READY, clock.now, endpoints=(rig.backend.endpoint,))
+        rt.state.with_phase(Phase.READY, rt.loop.time(), endpoints=(rig.backend.endpoint,))
     )
     rt.activity.last_request = 22061.785  # 2.0 s before, in the loop's own readings
     step = decide(rig.lifecycle.view())
     assert step.act is Act.DRAIN
     await rig.lifecycle._perform(step)
+    return rig
+
+
+def test_a_drain_decided_on_the_boundary_is_not_cancelled_by_its_own_recheck() -> None:
+    """The decision and the drain's last look ask one question: at a reading where the one says
+    idle long enough, the other agrees (they once did the sum in two orders, and the lifecycle
+    spun through drain-cancel pairs until the clock moved on). uvloop's clock reads whole
+    milliseconds, so an idle window often ends exactly on a reading; the replay's virtual loop
+    holds the clock at one."""
+    loop = VirtualLoop(start=22063.784)
+    try:
+        rig = loop.run_until_complete(_drain_on_the_boundary())
+    finally:
+        loop.close()
     assert rig.phase is Phase.COLD
     assert rig.backend.calls == ["up", "down"]
