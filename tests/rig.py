@@ -47,11 +47,8 @@ class Rig:
 
         async def request() -> float:
             held = await runtime.acquire(GET)
-            runtime.activity.begin(runtime.loop.time())
-            try:
+            with runtime.in_flight():
                 await asyncio.sleep(seconds)
-            finally:
-                runtime.activity.end(runtime.loop.time())
             return held.waited
 
         return asyncio.ensure_future(request())

@@ -186,9 +186,8 @@ async def keda_mode(**scaling: Any) -> AsyncIterator[tuple[TargetRuntime, FakeBa
 async def serve(runtime: TargetRuntime) -> bool:
     """One request: held if needed, then in flight for a moment; returns whether it was cold."""
     result = await runtime.acquire(GET)
-    runtime.activity.begin(runtime.loop.time())
-    await asyncio.sleep(0.01)
-    runtime.activity.end(runtime.loop.time())
+    with runtime.in_flight():
+        await asyncio.sleep(0.01)
     return result.cold
 
 

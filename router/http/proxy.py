@@ -26,6 +26,7 @@ from router.http.headers import (
     needs_empty_length,
     serialize_request_head,
 )
+from router.http.in_flight import InFlight
 from router.http.replies import STARTED
 from router.http.runtime import Runtime
 from router.http.sse import JobWatch
@@ -94,16 +95,22 @@ async def forward_http(
     url: URL,
     headers: CIMultiDict[str],
     cold_wait: float | None,
+    in_flight: InFlight,
     body: bytes | None = None,
 ) -> web.StreamResponse:
-    """Send ``request`` to ``url`` and stream the answer back. The caller counts it in flight.
+    """Send ``request`` to ``url`` and stream the answer back, counted by the caller's
+    ``in_flight``.
 
     ``body``: a request body already read (the OpenAI API reads JSON to place it); the request's
     own body is then not touched, and ``headers`` must not carry a Content-Length."""
     ep = endpoint(f"{url.scheme}://{url.raw_authority}")
     data, chunked, end = request_body(request, runtime, body)
     head = serialize_request_head(request.method, url.raw_path_qs, headers, ep.host_header, end)
-    return await forward(request, runtime, session, ep, head, data, chunked, url.path, cold_wait)
+    exchange = await resend(request, runtime, session, ep, head, data, chunked)
+    try:
+        return await respond(request, runtime, exchange, url.path, cold_wait, in_flight)
+    finally:
+        exchange.close()
 
 
 def send(
@@ -159,33 +166,16 @@ async def resend(
         raise translate(exc, runtime, "headers") from exc
 
 
-async def forward(
-    request: web.Request,
-    runtime: Runtime,
-    session: aiohttp.ClientSession,
-    ep: Endpoint,
-    head: bytes,
-    body: RequestBody,
-    chunked: bool,
-    path: str,
-    cold_wait: float | None,
-) -> web.StreamResponse:
-    """:func:`resend`, then :func:`respond`. ``path``: the upstream path, for the engine."""
-    exchange = await resend(request, runtime, session, ep, head, body, chunked)
-    try:
-        return await respond(request, runtime, exchange, path, cold_wait)
-    finally:
-        exchange.close()
-
-
 async def respond(
     request: web.Request,
     runtime: Runtime,
     upstream: Exchange,
     path: str,
     cold_wait: float | None,
+    in_flight: InFlight,
 ) -> web.StreamResponse:
-    """Stream ``upstream``'s response to the client (the caller closes ``upstream``)."""
+    """Stream ``upstream``'s response to the client (the caller closes ``upstream``); a stream
+    that counts by its frames or jobs leaves ``in_flight`` while it runs."""
     headers = downstream_response_headers(upstream.headers)
     if cold_wait is not None:
         headers[COLD_START_HEADER] = f"{cold_wait:.3f}"
@@ -221,8 +211,7 @@ async def respond(
     if stream:
         stream_key = object()
         if mode != "open":
-            activity.end(runtime.loop.time())
-            runtime.m_in_flight.dec()
+            in_flight.end()
 
         async def close(code: int, reason: str) -> None:
             nonlocal ended
@@ -268,8 +257,7 @@ async def respond(
             if mode != "open":
                 # balanced by the caller's end(), which leaves the idle clock alone: the end
                 # of a stream is no activity (its frames or jobs were)
-                activity.rejoin()
-                runtime.m_in_flight.inc()
+                in_flight.rejoin()
     return response
 
 

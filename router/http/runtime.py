@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from router.http.in_flight import InFlight
 
 StreamCloser = Callable[[int, str], Awaitable[None]]
 """Closes a long-lived stream with a (websocket) close code and reason."""
@@ -119,6 +122,11 @@ class Runtime(Protocol):
 
     @property
     def m_in_flight(self) -> Level: ...
+
+    def in_flight(self, *, counts: bool = True) -> InFlight:
+        """This request counted in flight until its ``with`` block ends
+        (:mod:`router.http.in_flight`)."""
+        ...
 
     @property
     def m_held(self) -> Level: ...

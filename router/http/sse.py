@@ -18,6 +18,7 @@ import json
 import re
 from typing import Final
 
+from router.http.in_flight import InFlight
 from router.http.runtime import Runtime
 
 MAX_EVENT: Final = 64 * 1024
@@ -149,6 +150,8 @@ class JobWatch:
         self.runtime = runtime
         self.parser = EventParser()
         self.jobs = Jobs()
+        self.running: list[InFlight] = []
+        """One in flight per job the stream carries and that has not finished."""
 
     def feed(self, data: bytes) -> None:
         for text, cut in self.parser.feed(data):
@@ -161,10 +164,7 @@ class JobWatch:
         self._count(0, self.jobs.end())
 
     def _count(self, started: int, finished: int) -> None:
-        runtime = self.runtime
-        for _ in range(started):
-            runtime.activity.begin(runtime.loop.time())
-            runtime.m_in_flight.inc()
-        for _ in range(finished):
-            runtime.activity.end(runtime.loop.time())
-            runtime.m_in_flight.dec()
+        running = self.running
+        running.extend(self.runtime.in_flight() for _ in range(started))
+        for _ in range(min(finished, len(running))):
+            running.pop().end()

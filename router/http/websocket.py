@@ -161,29 +161,19 @@ async def forward_websocket(
     ``ended`` is told every response this returns, and an upgraded websocket however it ends
     (a client that goes away cancels this handler). Raises :class:`router.errors.RequestError`
     (accounted by the caller) when the upstream cannot be reached."""
-    activity = runtime.activity
     mode = runtime.engine.stream_activity(url.path)
     # From the upgrade on, the GPU must stay up for it: in flight while its upstream connects;
     # activity only where the engine counts its sockets open (a tab reconnecting is no use).
     counts = mode == "open"
-    activity.begin(runtime.loop.time(), counts=counts)
-    runtime.m_in_flight.inc()
-    in_flight = True
-    try:
+    with runtime.in_flight(counts=counts) as in_flight:
         upstream = await connect_upstream(request, runtime, session, url, headers)
         if isinstance(upstream, web.Response):  # the engine refused the upgrade
             ended(upstream)
             return upstream
         if not counts:  # counted by its frames (or not at all) once it is up
-            activity.end(runtime.loop.time(), counts=False)
-            runtime.m_in_flight.dec()
-            in_flight = False
+            in_flight.end()
         by_frames = mode in ("frames", "jobs")  # a websocket is not watched for jobs
         return await _run(request, runtime, upstream, cold_wait, by_frames, ended)
-    finally:
-        if in_flight:
-            activity.end(runtime.loop.time(), counts=counts)
-            runtime.m_in_flight.dec()
 
 
 async def connect_upstream(

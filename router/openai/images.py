@@ -185,9 +185,7 @@ class ComfyImages:
         self.loads[name] += 1
         try:
             held = await runtime.acquire(api_facts("/prompt"))
-            runtime.activity.begin(runtime.loop.time())
-            runtime.m_in_flight.inc()
-            try:
+            with runtime.in_flight():
                 base = runtime.pick_endpoint(held.state)
                 limit = runtime.spec.timeouts.response_headers
                 try:
@@ -207,9 +205,6 @@ class ComfyImages:
                     ) from exc
                 log.info("%s: %d image(s) rendered on %s", request_id, len(values), name)
                 return [png for images in outputs for png in images]
-            finally:
-                runtime.activity.end(runtime.loop.time())
-                runtime.m_in_flight.dec()
         finally:
             self.loads[name] -= 1
 

@@ -78,10 +78,7 @@ async def forward_local(
     try:
         held = await runtime.acquire(api_facts(path))
         # Counted in flight before the next await (see TargetRuntime.acquire).
-        activity = runtime.activity
-        activity.begin(runtime.loop.time())
-        runtime.m_in_flight.inc()
-        try:
+        with runtime.in_flight() as in_flight:
             cold_wait = held.waited if held.cold else None
             if cold_wait is not None:
                 call.notes["cold_wait"] = f"{cold_wait:.3f}"
@@ -89,10 +86,7 @@ async def forward_local(
             headers = local_headers(call, trust_forwarded)
             body = local_body(call, placement)
             return await forward_http(
-                call.request, runtime, session, url, headers, cold_wait, body=body
+                call.request, runtime, session, url, headers, cold_wait, in_flight, body=body
             )
-        finally:
-            activity.end(runtime.loop.time())
-            runtime.m_in_flight.dec()
     finally:
         loads[name] -= 1

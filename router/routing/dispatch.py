@@ -113,9 +113,7 @@ class Dispatcher:
                 return response
             ep = endpoint(runtime.pick_endpoint(state))
             body, chunked, end = request_body(request, runtime)
-            runtime.activity.begin(runtime.loop.time())
-            runtime.m_in_flight.inc()
-            try:
+            with runtime.in_flight() as in_flight:
                 # send() and respond() rather than forward(): while the upstream thinks, this
                 # frame is the only one of ours.
                 try:
@@ -148,13 +146,10 @@ class Dispatcher:
                     except UpstreamFailure as exc:
                         raise translate(exc, runtime, "headers") from exc
                     response = await respond(
-                        request, runtime, exchange, match.upstream_path, cold_wait
+                        request, runtime, exchange, match.upstream_path, cold_wait, in_flight
                     )
                 finally:
                     exchange.close()
-            finally:
-                runtime.activity.end(runtime.loop.time())
-                runtime.m_in_flight.dec()
             return response
         except RequestError as exc:
             response = _error_reply(request, exc)

@@ -210,13 +210,8 @@ class HeldWebsocket:
         if not counted:
             return await connect_upstream(self.request, rt, self.session, url, self.headers)
         # A tab reconnecting its socket is no use of the GPU: the idle clock stays.
-        rt.activity.begin(rt.loop.time(), counts=self.open_mode)
-        rt.m_in_flight.inc()
-        try:
+        with rt.in_flight(counts=self.open_mode):
             return await connect_upstream(self.request, rt, self.session, url, self.headers)
-        finally:
-            rt.activity.end(rt.loop.time(), counts=self.open_mode)
-            rt.m_in_flight.dec()
 
     async def _connect_ready(
         self,
@@ -250,29 +245,24 @@ class HeldWebsocket:
         key = object()
         rt.activity.streams[key] = self.release
         rt.m_ws_open.inc()
-        if self.open_mode:
-            rt.activity.begin(rt.loop.time())
-            rt.m_in_flight.inc()
         pump = asyncio.ensure_future(self._pump(upstream))
         gone = asyncio.ensure_future(tab.gone.wait())
         try:
-            await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
-            if pump.done():
-                return pump.result()
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pump
-            code, reason = tab.close_with
-            await upstream.close(code=code, message=close_reason(reason))
-            return Bridge.GONE
+            with rt.in_flight() if self.open_mode else contextlib.nullcontext():
+                await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
+                if pump.done():
+                    return pump.result()
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pump
+                code, reason = tab.close_with
+                await upstream.close(code=code, message=close_reason(reason))
+                return Bridge.GONE
         finally:
             tab.engine = None
             gone.cancel()
             rt.activity.streams.pop(key, None)
             rt.m_ws_open.dec()
-            if self.open_mode:
-                rt.activity.end(rt.loop.time())
-                rt.m_in_flight.dec()
 
     async def _pump(self, upstream: aiohttp.ClientWebSocketResponse) -> Bridge:
         """The engine's messages to the tab until the engine's side ends; how it ended."""

@@ -14,6 +14,7 @@ from typing import Any
 from backends.base import Backend, Engine, RequestFacts, StateStore, parking
 from router.config import Economics, Target
 from router.errors import NoEndpoint, TargetAsleep
+from router.http.in_flight import InFlight
 from router.metrics import Metrics
 from router.scale.activity import Activity
 from router.scale.engine_queue import EngineQueue
@@ -156,6 +157,10 @@ class TargetRuntime:
         if not (activity.held or activity.in_flight):
             window = self.spec.scaling.stream_activity_window
             self.idling.resumed_at(activity.idle_since(window), now)
+
+    def in_flight(self, *, counts: bool = True) -> InFlight:
+        """This request counted in flight, now, until its ``with`` block ends."""
+        return InFlight(self, counts=counts)
 
     def servable_now(self) -> TargetState | None:
         state = self.cell.current

@@ -291,11 +291,8 @@ class Replay:
         waited = self.loop.time() - arrived
         engine = self.engines[runtime.name]
         until = engine.queue(work) if request.kind != "page" else self.loop.time() + work
-        runtime.activity.begin(self.loop.time())
-        try:
+        with runtime.in_flight():
             await asyncio.sleep(max(0.0, until - self.loop.time()))
-        finally:
-            runtime.activity.end(self.loop.time())
         return Outcome(request, "local", waited, cold, met)
 
     async def _waiting_page(self, runtime: TargetRuntime, facts: RequestFacts) -> None:
