@@ -188,13 +188,44 @@ async def test_actions_with_the_token(token_dir: str) -> None:
         status, body = await post("/targets/sleepy/release", AUTH)
         assert status == 202
         await wait_until(lambda: runtime.state.phase.value == "cold")
-        assert runtime.state.reason.startswith("idle for")
+        assert runtime.state.reason == "released by an operator"
 
         async with session.get(wg.admin + "/status") as response:
             view = await response.json()
         kinds = [e["kind"] for e in view["events"]]
         assert kinds[:3] == ["release", "drain", "release asked"] and "wake asked" in kinds
         assert view["actions"] is True
+
+
+async def test_an_operator_release_says_so_and_teaches_the_idle_rule_nothing(
+    token_dir: str,
+) -> None:
+    """The release is an input its lifecycle decides on, not a clock set back: the phase
+    changes give its own reason, the idle time stays the real one, and the gap it ends is not
+    learned by ``idle_after: auto`` (a gap of ``idle_after`` that never happened, before)."""
+    data = config("admin-token", load=0.3, idle_after="auto")
+    data["targets"]["sleepy"]["scaling"]["idle_bounds"] = ["1s", "1h"]
+    async with warmgate(data, token_dir) as wg, aiohttp.ClientSession() as session:
+        runtime = wg.runtime("sleepy")
+        policy = runtime.idling.policy
+        assert policy is not None
+        async with session.get(wg.url + "/slow?s=0") as response:
+            assert response.status == 200
+        window = runtime.spec.scaling.stream_activity_window
+        idle_for = lambda: runtime.loop.time() - (runtime.activity.idle_since(window) or 0.0)  # noqa: E731
+        await wait_until(lambda: idle_for() >= 1.5)  # past the lower bound: a gap worth learning
+        changes: list[tuple[str, str]] = []
+        runtime.cell.subscribe(lambda old, new: changes.append((new.phase.value, new.reason)))
+        async with session.post(wg.admin + "/targets/sleepy/release", headers=AUTH) as response:
+            assert response.status == 202
+        await wait_until(lambda: runtime.state.phase.value == "cold")
+        assert [phase for phase, _ in changes][-1] == "cold" and "draining" in dict(changes)
+        assert {reason for _, reason in changes} == {"released by an operator"}
+        assert 1.5 <= idle_for() < 600, "the idle time is the real one"
+        async with session.get(wg.url + "/slow?s=0") as response:  # held through a cold start
+            assert response.status == 200
+        assert runtime.state.phase.value == "ready"
+        assert policy.gaps == 0, "the gap an operator's release ended is not learned"
 
 
 async def test_a_token_file_that_cannot_be_read_stops_the_start(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from router.config import parse_config
 from router.errors import HoldTimeout, Shedding, TargetAsleep, TargetFailed
 from router.metrics import Metrics
 from router.scale.lifecycle import Lifecycle
+from router.scale.machine import Event
 from router.scale.scaling import Act, decide
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
@@ -244,9 +245,8 @@ async def _drain_on_the_boundary() -> Rig:
     rig = make_rig(idle_after="2s")
     rt = rig.runtime
     await rig.backend.scale_up()
-    rig.lifecycle.phases.publish(
-        rt.state.with_phase(Phase.READY, rt.loop.time(), endpoints=(rig.backend.endpoint,))
-    )
+    rig.lifecycle.machine.apply(Event.START, "a request is waiting")
+    rig.lifecycle.machine.apply(Event.READY, "ready", endpoints=(rig.backend.endpoint,))
     rt.activity.last_request = 22061.785  # 2.0 s before, in the loop's own readings
     step = decide(rig.lifecycle.view())
     assert step.act is Act.DRAIN

@@ -7,11 +7,12 @@ wrong token 401. Answers are JSON, errors in warmgate's shape ``{"error": {"code
 
 - **wake**: the start a held request makes, without holding one (a cold target starts; a failed
   one after its backoff).
-- **release**: the same release as idleness, now: the target is marked idle for ``idle_after``
-  and its lifecycle decides as always (it drains, asks the engine once more whether it is busy,
-  and stops; with several replicas, the leader once every replica is idle). Never work in
-  flight: a target with requests held or in flight, a stream with traffic or a busy engine is
-  not released (409).
+- **release**: the release of idleness, now, whatever ``idle_after``: the ask reaches the
+  target's lifecycle as an input, which decides as always (it asks the engine once more whether
+  it is busy, and stops; with several replicas, the leader once every replica is idle). Its
+  reason is ``released by an operator``; the idle time shown stays the real one, and the gap it
+  ends teaches ``idle_after: auto`` nothing. Never work in flight: a target with requests held
+  or in flight, a stream with traffic or a busy engine is not released (409).
 - **park**: the same park as idleness, now: a ready target whose engine can be parked is parked
   once its lifecycle looks (the engine drops its weights, its process stays; docs/pools.md).
   Never work in flight (409, as for release); 409 "parking is not available for this target"
@@ -77,14 +78,9 @@ def _busy(runtime: TargetRuntime) -> str | None:
     return None
 
 
-def _mark_idle(runtime: TargetRuntime) -> None:
-    """Idle for ``idle_after`` as of now (nothing active is touched: see :func:`_busy`)."""
-    activity, now = runtime.activity, runtime.loop.time()
-    scaling = runtime.spec.scaling
-    idle_from = now - runtime.idle_after()
-    activity.last_request = min(activity.last_request, idle_from)
-    activity.last_frame = min(activity.last_frame, idle_from - scaling.stream_activity_window)
-    activity.busy_until = min(activity.busy_until, idle_from)
+def _ask_release(runtime: TargetRuntime) -> None:
+    """The operator's release, an input its lifecycle decides on (nothing of its clocks moves)."""
+    runtime.release_asked = True
     runtime.wake.set()
 
 
@@ -180,7 +176,7 @@ class Actions:
             busy = _busy(runtime)
             if busy is not None:
                 return _error(409, "busy", f"not released: {busy}", name)
-            _mark_idle(runtime)
+            _ask_release(runtime)
             return 202, "released as idle: it stops now"
         if state.phase is not Phase.READY:
             message = f"{name} is {state.phase.value}: only a ready target is released"
@@ -192,5 +188,5 @@ class Actions:
                 "(it is released once idle for idle_after)"
             )
             return _error(409, "busy", message, name)
-        _mark_idle(runtime)
+        _ask_release(runtime)
         return 202, "released as idle: it drains and stops now"

@@ -2,27 +2,27 @@
 
 Fenced: the leader of the replicas is about to release the target, and this replica, idle too,
 holds new requests from then until the release shows (the workload gone), the leader calls it
-off, or the fence runs out. Fencing: this replica leads and releases the target itself, with
-every other one fenced first, and the stop stored before the fences could run out."""
+off, or the fence runs out. Whether to agree is decided by
+:func:`router.scale.scaling.answer_fence`; the phase changes are the machine's. Fencing: this
+replica leads and releases the target itself, with every other one fenced first, and the stop
+stored before the fences could run out."""
 
 from __future__ import annotations
 
-import logging
 import math
+from collections.abc import Callable
 
 from router.scale.coordination import Others
-from router.scale.deadline import idle_reached
-from router.scale.state import Phase, TargetState
+from router.scale.machine import Event, Machine
+from router.scale.scaling import Act, View, answer_fence
+from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
-from router.scale.transitions import Transitions
-
-log = logging.getLogger("warmgate.lifecycle")
 
 
 class Fencing:
-    def __init__(self, runtime: TargetRuntime, phases: Transitions) -> None:
+    def __init__(self, runtime: TargetRuntime, machine: Machine) -> None:
         self.rt = runtime
-        self.phases = phases
+        self.machine = machine
         self.fenced_until = -math.inf
         """Draining for the leader's release: serving again at this loop time if the workload
         still runs then; ``-inf``: not fenced."""
@@ -40,31 +40,19 @@ class Fencing:
 
     # -- fenced by the leader -------------------------------------------------------------
 
-    def fence(self, until: float, leader: str, needed: float | None = None) -> str | None:
-        """Another replica, the leader, is about to release this target: if this replica is
-        idle too, hold new requests from now until the release shows (or ``until``).
-        ``needed``: the idleness the leader's step needs (a park's is shorter than
-        ``idle_after``); ``None``: a release's."""
-        rt, now = self.rt, self.now
-        state, activity = rt.state, rt.activity
-        if state.phase in (Phase.COLD, Phase.FAILED):
-            return None if activity.held == 0 else "requests are held here"
-        if state.phase is Phase.STARTING:
-            return "starting here (probing the workload)"
-        if state.phase is Phase.DRAINING and state.stopping:
-            if self.fenced:
+    def fence(
+        self, view: Callable[[], View], until: float, leader: str, needed: float | None
+    ) -> str | None:
+        """The leader's ask, answered by :func:`answer_fence` over this replica's view: ``None``
+        when agreed (held from now until the release shows, or ``until``), else why not."""
+        step = answer_fence(view(), needed)
+        if step.act is not Act.FENCE:
+            if not step.reason and self.fenced:  # already stopping for the leader
                 self.fenced_until = max(self.fenced_until, until)
-            return None
-        idle_since = activity.idle_since(rt.spec.scaling.stream_activity_window)
-        if activity.held or idle_since is None:
-            return "active here"
-        idle = now - idle_since
-        if not idle_reached(now, idle_since, rt.idle_after() if needed is None else needed):
-            return f"idle for only {idle:.1f}s here"
+            return step.reason or None
         self.fenced_until, self.fenced_by = until, leader
-        reason = f"{leader} is releasing it (idle for {idle:.0f}s here too)"
-        self.phases.publish(rt.state.with_phase(Phase.DRAINING, now, reason=reason, stopping=True))
-        rt.wake.set()
+        self.machine.apply(Event.FENCE, f"{leader} is releasing it ({step.reason})", stopping=True)
+        self.rt.wake.set()
         return None
 
     def unfence(self, reason: str, parked: bool = False) -> None:
@@ -75,79 +63,43 @@ class Fencing:
         self.fenced_until = -math.inf
         rt = self.rt
         if rt.state.phase is Phase.DRAINING and rt.state.stopping:
-            endpoints = self.phases.observation.endpoints
-            if parked and endpoints:
+            endpoints = rt.backend.observe().endpoints
+            if not endpoints:  # the pod went meanwhile: wait for one, probed like any start
+                self.machine.apply(Event.NO_ENDPOINT, reason, endpoints=(), stopping=False)
+            elif parked:
                 reason = f"parked by {self.fenced_by}"
-                self.phases.publish(
-                    rt.state.with_phase(
-                        Phase.PARKED, self.now, endpoints=endpoints, reason=reason, stopping=False
-                    )
+                self.machine.apply(
+                    Event.UNFENCE_PARKED, reason, endpoints=endpoints, stopping=False
                 )
-            elif endpoints:
-                self.phases.publish(
-                    rt.state.with_phase(
-                        Phase.READY, self.now, endpoints=endpoints, reason=reason, stopping=False
-                    )
-                )
-            else:  # the pod went meanwhile: wait for one, probed like any start
-                self.phases.starting(reason, endpoints=(), stopping=False)
+            else:
+                self.machine.apply(Event.UNFENCE, reason, endpoints=endpoints, stopping=False)
         rt.wake.set()
 
-    async def released(self) -> bool:
-        """The workload is gone: if this replica was fenced, the leader released it (-> cold,
-        streams closed); ``False`` when it was not fenced."""
+    def released(self) -> str | None:
+        """The workload is gone: if this replica was fenced, the leader released it (the reason
+        to say so); ``None`` when it was not fenced."""
         if not self.fenced:
-            return False
+            return None
         self.fenced_until = -math.inf
-        self.phases.cold(f"released by {self.fenced_by}")
-        await self.phases.close_streams()
-        return True
+        return f"released by {self.fenced_by}"
 
     # -- fencing the others, as the leader ------------------------------------------------
 
-    async def release(
-        self, others: Others, before: TargetState, reason: str, needed: float | None = None
-    ) -> None:
-        """The leader's release: fence the other replicas, confirm the leadership, stop, all
-        before the fences could run out (half of ``fence_timeout``); or put it off."""
-        rt = self.rt
-        deadline = self.now + others.fence_timeout / 2
-        refused = await self._fence_others(others, needed)
-        if refused is None and self.now >= deadline:
-            refused = "fencing took too long"
-            await others.unfence_others(rt.name)
-        if refused:
-            log.info("%s: release put off: %s", rt.name, refused)
-            self.release_not_before = self.now + others.poll_interval
-            self.phases.back_to(before, f"release put off: {refused}")
-            return
-        await rt.backend.scale_down(deadline)
-        if rt.backend.observe().running:  # the stop could not be stored in time
-            await others.unfence_others(rt.name)
-            self.release_not_before = self.now + others.poll_interval
-            self.phases.back_to(before, "release put off: the stop could not be made in time")
-            return
-        rt.metrics.idle_releases.labels(rt.name).inc()
-        self.phases.cold(reason)
-        await self.phases.close_streams()
+    def put_off(self, others: Others) -> None:
+        """A release or park put off: not tried again before the others are read again."""
+        self.release_not_before = self.now + others.poll_interval
 
     async def fence_all(self, others: Others, needed: float | None = None) -> str | None:
         """Every other replica fenced and the leadership confirmed, within half of
-        ``fence_timeout`` (a park follows at once); else why not (the fenced are let go).
-        ``needed``: the idleness the step needs on the others (``None``: ``idle_after``)."""
-        deadline = self.now + others.fence_timeout / 2
-        refused = await self._fence_others(others, needed)
-        if refused is None and self.now >= deadline:
-            refused = "fencing took too long"
-            await others.unfence_others(self.rt.name)
-        return refused
-
-    async def _fence_others(self, others: Others, needed: float | None = None) -> str | None:
-        """Every other replica holds new requests for the target (or says why it cannot); then
-        the leadership is confirmed, right before the stop."""
+        ``fence_timeout`` (a stop or park follows at once); else why not (the fenced are let
+        go). ``needed``: the idleness the step needs on the others (``None``: ``idle_after``)."""
         name = self.rt.name
+        deadline = self.now + others.fence_timeout / 2
         refused = await others.fence_others(name, needed)
         if refused is None and not await others.confirm_leading():
             refused = "this replica is no longer the leader"
+            await others.unfence_others(name)
+        if refused is None and self.now >= deadline:
+            refused = "fencing took too long"
             await others.unfence_others(name)
         return refused

@@ -137,6 +137,12 @@ class IdleRule:
         self._learned_to = idle_since
         self.resumed(now - idle_since)
 
+    def forget_gap(self, idle_since: float | None) -> None:
+        """The gap that began at ``idle_since`` is not learned when activity resumes: an
+        operator's release ended it, not the people who use the target."""
+        if idle_since is not None:
+            self._learned_to = max(self._learned_to, idle_since)
+
     def resumed(self, gap: float) -> None:
         """Activity began again after ``gap`` seconds idle (a request, a hold, a page)."""
         if self.policy is not None and self.policy.observe(gap):

@@ -1,10 +1,11 @@
 """One background task per target owns its phase: it asks :func:`router.scale.scaling.decide` what
-to do, performs that step (the only I/O), publishes the new snapshot, and waits for the next change
-or deadline. Time is read through the event loop, so tests can fast-forward it.
+to do, performs that step (the only I/O), and waits for the next change or deadline. Every phase
+change is an event applied by the target's :class:`router.scale.machine.Machine`, the one writer
+of its state. Time is read through the event loop, so tests can fast-forward it.
 
-The parts it performs with: :mod:`router.scale.transitions` (phase changes),
-:mod:`router.scale.drain` (idleness into a release), :mod:`router.scale.parking` (the parked
-tier), :mod:`router.scale.fencing` (with other replicas), :mod:`router.scale.accounting`
+The parts it performs with: :mod:`router.scale.release` (a release carried out),
+:mod:`router.scale.parking` (the parked tier), :mod:`router.scale.fencing` (with other
+replicas), :mod:`router.scale.starts` (a start's stages), :mod:`router.scale.accounting`
 (GPU-seconds, the engine's busy signal). The other replicas, when there are any, come as
 :class:`router.scale.coordination.Others`; the target's GPU pool, if any, as ``runtime.pool``."""
 
@@ -19,15 +20,16 @@ import math
 from backends.base import Observation, load_progress, parking
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
-from router.scale.drain import Drain
 from router.scale.fencing import Fencing
 from router.scale.keda_mode import decide_keda, keda_owns_replicas
+from router.scale.machine import Event, Machine
 from router.scale.parking import Parking
-from router.scale.scaling import Act, Step, View, decide, stage_now
+from router.scale.pools import How
+from router.scale.release import Release
+from router.scale.scaling import OPERATOR_RELEASE, Act, Step, View, decide, stage_now
 from router.scale.starts import StageClock
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
-from router.scale.transitions import Transitions
 
 log = logging.getLogger("warmgate.lifecycle")
 
@@ -41,18 +43,17 @@ class Lifecycle:
         self._task: asyncio.Task[None] | None = None
         self.window_change = math.inf
         """Loop time a ``keep_warm`` window begins or ends: the loop looks again then."""
-        self.keda = keda_owns_replicas(runtime.backend)
-        """KEDA owns the replicas (``mode: keda``): never scale, only wait (docs/keda.md)."""
-        self.phases = Transitions(runtime)
-        self.starts = StageClock(runtime)
+        keda = keda_owns_replicas(runtime.backend)
+        self.machine = Machine(runtime.name, runtime.cell, runtime.loop, runtime.metrics)
+        self.next_probe = 0.0
+        """While starting or waking: loop time of the next readiness probe."""
+        self.starts = StageClock(runtime, self.machine)
         self._began: float | None = None
         """``since`` of the start this replica began itself (an adopted one is not)."""
         self.accounting = Accounting(runtime)
-        self.fencing = Fencing(runtime, self.phases)
-        self.drain = Drain(runtime, self.phases, self.accounting, self.fencing, others)
-        self.parking = Parking(
-            runtime, self.phases, self.accounting, self.fencing, others, keda=self.keda
-        )
+        self.fencing = Fencing(runtime, self.machine)
+        self.release = Release(runtime, self.machine, self.fencing, others, keda=keda)
+        self.parking = Parking(self.release)
         self.adopted = False
         """The workload being probed was found running, not started here: it may be parked."""
         if others is not None:
@@ -64,9 +65,7 @@ class Lifecycle:
         await self.rt.backend.open(self._observed)
         await self.rt.restore_learned()  # after open: a backend's own store reads its objects
         if self.rt.backend.always_on:
-            self.phases.publish(
-                self.rt.state.with_phase(Phase.READY, self.now, endpoints=self._obs.endpoints)
-            )
+            self.machine.apply(Event.ENDPOINTS, endpoints=self._obs.endpoints)
             return
         self._recover()
         self._task = asyncio.get_running_loop().create_task(
@@ -81,6 +80,15 @@ class Lifecycle:
         await self.rt.close_learned()
         await self.rt.backend.close()
         await self.rt.engine.close()
+
+    @property
+    def keda(self) -> bool:
+        """KEDA owns the replicas (``mode: keda``): never scale, only wait (docs/keda.md)."""
+        return self.release.keda
+
+    @keda.setter
+    def keda(self, owned: bool) -> None:
+        self.release.keda = owned
 
     @property
     def now(self) -> float:
@@ -98,14 +106,14 @@ class Lifecycle:
         obs = self._obs
         if obs.running and not obs.crashed:  # probed before it counts as ready; the idle
             self.adopted = True  # window then starts fresh: nothing busy stops
-            self.phases.starting("found running")
+            self._starting(Event.ADOPT, "found running")
 
     # -- fences from the leader of the replicas -------------------------------------------
 
     def fence(self, until: float, leader: str, needed: float | None = None) -> str | None:
         """Another replica, the leader, is about to release (or park) this target: if this
         replica is idle too, hold new requests from now until the release shows (or ``until``)."""
-        return self.fencing.fence(until, leader, needed)
+        return self.fencing.fence(self.view, until, leader, needed)
 
     def unfence(self, parked: bool = False) -> None:
         """The leader called the release off (serving again), or it parked the target
@@ -138,7 +146,7 @@ class Lifecycle:
             wanted=self.now < rt.activity.wanted_until,
             in_flight=rt.activity.in_flight,
             idle_since=idle_since,
-            next_probe=self.phases.next_probe,
+            next_probe=self.next_probe,
             always_on=rt.backend.always_on,
             may_release=may_release,
             release_not_before=self.fencing.release_not_before,
@@ -154,12 +162,16 @@ class Lifecycle:
             make_room=make_room,
             yield_after=yield_after,
             closing=rt.closing,
+            release_asked=rt.release_asked,
         )
+
+    def decide(self) -> Step:
+        return (decide_keda if self.keda else decide)(self.view())
 
     async def _run(self) -> None:
         while True:
             await self.accounting.account()
-            step = (decide_keda if self.keda else decide)(self.view())
+            step = self.decide()
             if step.act is Act.WAIT:
                 await self._wait(min(step.until, self.window_change))
                 continue
@@ -171,11 +183,12 @@ class Lifecycle:
                 log.exception("%s: %s failed", self.rt.name, step.act.value)
                 state = self.rt.state
                 if state.phase is Phase.STARTING:
-                    self.phases.fail(f"{step.act.value} failed: {exc}")
+                    self.release.fail(f"{step.act.value} failed: {exc}")
                     with contextlib.suppress(Exception):
-                        await self.drain.reap(keda=self.keda)  # never hold the GPU in a backoff
+                        await self.release.reap()  # never hold the GPU in a backoff
                 elif state.phase is Phase.DRAINING and not self.fencing.fenced:
-                    await self.drain.failed(exc)  # never left holding requests for a stop
+                    await self.release.failed(exc)  # never left holding requests for a stop
+                    self.next_probe = self.now
                     await self._wait(self.now + 1.0)
                 else:
                     await self._wait(self.now + 1.0)
@@ -191,10 +204,10 @@ class Lifecycle:
                 await wake.wait()
 
     async def _perform(self, step: Step) -> None:
-        rt, phases = self.rt, self.phases
+        rt, machine = self.rt, self.machine
         if step.act is Act.START:
             self.adopted = False
-            phases.starting(step.reason, endpoints=(), waiting_for="")
+            self._starting(Event.START, step.reason, endpoints=(), waiting_for="")
             self._began = rt.state.since
             rt.metrics.cold_starts.labels(rt.name).inc()
             if not self.keda:  # KEDA adds the replica: the held request made the scaler say active
@@ -202,39 +215,91 @@ class Lifecycle:
         elif step.act is Act.PROBE:
             await self._probe()
         elif step.act is Act.FAIL:
-            phases.fail(step.reason)
-            await self.drain.reap(keda=self.keda)
+            self.release.fail(step.reason)
+            await self.release.reap()
         elif step.act is Act.LOST:
-            if await self.fencing.released():  # the leader released it
-                return
-            phases.cold(step.reason)
-            if self.others is None:  # one replica: reap what is left (a crashed child's group)
-                await self.drain.reap(keda=self.keda)
-        elif step.act is Act.DRAIN:
-            await self.drain.run(step.reason, keda=self.keda)
+            released = self.fencing.released()  # fenced: the leader released it
+            machine.apply(Event.LOST, released or step.reason, endpoints=())
+            if released is not None:
+                await self.release.close_streams()
+            elif self.others is None:  # one replica: reap what is left (a crashed child's group)
+                await self.release.reap()
         elif step.act is Act.ADOPT:
             self.adopted = True
-            phases.starting(step.reason)
+            self._starting(Event.ADOPT, step.reason)
         elif step.act is Act.STAGE:
             self.starts.publish(*stage_now(self.view()))
         elif step.act is Act.ABANDON:
-            await self.drain.abandon(step.reason, keda=self.keda)
+            await self.release.abandon(step.reason)
         elif step.act is Act.REFRESH:
-            phases.refresh()
+            self._refresh()
         elif step.act is Act.RESUME:
             self.fencing.unfence(step.reason)
-        elif step.act is Act.PARK:
-            await self.parking.park(step.reason, step.idle, displaced=bool(step.room_for))
         elif step.act is Act.WAKE:
             await self.parking.wake(step.reason)
-        elif step.act is Act.YIELD:
-            await self.drain.run(step.reason, keda=self.keda, idle_needed=step.idle)
-            if rt.pool is not None and rt.state.phase is not Phase.READY:
-                rt.metrics.pool_displacements.labels(rt.pool.name, rt.name, "stop").inc()
+            self.next_probe = self.now
         elif step.act is Act.STOP:
-            await self.parking.stop_instead(step.reason)
+            await self.release.stop_instead(step.reason)
         elif step.act is Act.QUEUE:
             await self._queue(step)
+        elif await self._last_look(step):  # DRAIN, YIELD, PARK: decided again after it
+            await self._stop_or_park(step)
+
+    async def _last_look(self, step: Step) -> bool:
+        """Before a release or a park, the engine's own queue is looked at once more (a render
+        may have been queued since the last poll) while the target still serves: a request that
+        arrives meanwhile is served, and counts. A release shows ``draining`` meanwhile (a
+        parked target is held from the start: it serves nothing, and has no queue to look at).
+        Then the step is decided again, over the phase it began in; ``False``: activity came
+        meanwhile (a drain goes back to that phase), and the next turn decides anew."""
+        machine = self.machine
+        if step.act is not Act.PARK:
+            parked = self.rt.state.phase is Phase.PARKED
+            machine.apply(Event.DRAIN, step.reason, stopping=parked)
+        state = self.rt.state
+        if not state.stopping and state.endpoints:
+            await self.accounting.check_busy(state.endpoints[0])
+        view = self.view()
+        if machine.before is not None:
+            view = dataclasses.replace(view, state=machine.before)
+        if step.room_for:  # the pool chose it; whether it is still idle enough is asked again
+            how: How = "park" if step.act is Act.PARK else "stop"
+            view = dataclasses.replace(view, make_room=(step.room_for, how))
+        again = (decide_keda if self.keda else decide)(view)
+        if again.act is step.act and again.room_for == step.room_for:
+            return True
+        if step.act is not Act.PARK:
+            machine.apply(Event.PUT_OFF, "drain cancelled")
+        return False
+
+    async def _stop_or_park(self, step: Step) -> None:
+        rt = self.rt
+        if step.act is Act.PARK:
+            await self.parking.park(step.reason, step.idle, displaced=bool(step.room_for))
+            return
+        if step.reason == OPERATOR_RELEASE:  # the gap it ends was no person's: nothing learned
+            rt.release_asked = False
+            rt.idling.forget_gap(rt.activity.idle_since(rt.spec.scaling.stream_activity_window))
+        needed = step.idle if step.act is Act.YIELD else None
+        await self.release.run(step.reason, needed)
+        if step.act is Act.YIELD and rt.pool is not None and rt.state.phase is not Phase.READY:
+            rt.metrics.pool_displacements.labels(rt.pool.name, rt.name, "stop").inc()
+
+    def _starting(self, event: Event, reason: str, **changes: object) -> None:
+        """To ``starting`` (a start, one adopted, a pod to wait for), probed from now on."""
+        self.next_probe = self.now
+        self.machine.apply(event, reason, **changes)
+
+    def _refresh(self) -> None:
+        """Ready endpoints changed: the new set is published at once (a request never goes to
+        a pod that is gone once its watch event arrived); none left: back to starting."""
+        rt, endpoints = self.rt, self._obs.endpoints
+        if endpoints:
+            log.info("%s: ready endpoints now %s", rt.name, ", ".join(endpoints))
+            self.machine.apply(Event.ENDPOINTS, endpoints=endpoints)
+        else:
+            reason = "no ready endpoint left; waiting for a replacement"
+            self._starting(Event.NO_ENDPOINT, reason, endpoints=())
 
     async def _queue(self, step: Step) -> None:
         """A start or wake waits for room in the target's GPU pool: say what for, and look
@@ -245,7 +310,7 @@ class Lifecycle:
             if step.reason and not state.waiting_for and rt.pool is not None:
                 rt.metrics.pool_waits.labels(rt.pool.name, rt.name).inc()
                 log.info("%s: %s", rt.name, step.reason)
-            self.phases.publish(dataclasses.replace(state, waiting_for=step.reason))
+            self.machine.apply(Event.QUEUE, waiting_for=step.reason)
         if step.reason:
             await self._wait(min(step.until, self.now + ACCOUNTING_INTERVAL))
         else:
@@ -257,18 +322,18 @@ class Lifecycle:
         if rt.state.phase is Phase.PARKED:  # waking
             if await self.parking.probe(endpoint) and rt.state.waking:
                 self.parking.woke()
+                self.accounting.restart()
             else:
-                self.phases.next_probe = self.now + rt.spec.readiness.interval
+                self.next_probe = self.now + rt.spec.readiness.interval
             return
         ready = await rt.engine.probe_ready(endpoint)
         if not (ready and rt.state.phase is Phase.STARTING and self._obs.endpoints):
             self.starts.progressed(load_progress(rt.engine, endpoint))
-            self.phases.next_probe = self.now + rt.spec.readiness.interval
+            self.next_probe = self.now + rt.spec.readiness.interval
             return
         engine = parking(rt.engine) if self.adopted else None
         if engine is not None and await engine.is_parked(endpoint) is True:  # found parked
-            reason = "found parked (its engine says so)"
-            self.phases.publish(rt.state.with_phase(Phase.PARKED, self.now, reason=reason))
+            self.machine.apply(Event.FOUND_PARKED, "found parked (its engine says so)")
             return
         began = rt.state.since
         rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)
@@ -277,12 +342,9 @@ class Lifecycle:
         rt.activity.wanted_until = float("-inf")
         rt.activity.last_request = self.now  # a fresh start gets a full idle window
         self.accounting.restart()
-        self.phases.publish(
-            rt.state.with_phase(
-                Phase.READY,
-                self.now,
-                endpoints=self._obs.endpoints,
-                reason=f"ready after {self.now - began:.1f}s",
-                failures=0,
-            )
+        self.machine.apply(
+            Event.READY,
+            f"ready after {self.now - began:.1f}s",
+            endpoints=self._obs.endpoints,
+            failures=0,
         )

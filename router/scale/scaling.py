@@ -56,6 +56,9 @@ class Act(enum.Enum):
     once nothing waits any more) and look again at ``until``."""
     STOP = "stop"
     """A wake did not finish: stopped instead (the next request starts it cold)."""
+    FENCE = "fence"
+    """Not a step of the lifecycle's own: the leader's fence agreed to (:func:`answer_fence`);
+    phase -> draining, new requests held until the leader's release shows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,9 @@ class View:
     """The pool's ``yield_after``: the idleness a displacement needs."""
     closing: bool = False
     """warmgate is draining (SIGTERM): no cold start begins."""
+    release_asked: bool = False
+    """An operator asked for the release (the dashboard's release): released once nothing is
+    at work, whatever ``idle_after``, and it teaches the idle rule nothing."""
 
     @property
     def release_after(self) -> float:
@@ -123,6 +129,10 @@ class Step:
     """PARK and YIELD: the idleness they need, checked again right before the engine is asked."""
     room_for: str = ""
     """PARK and YIELD that make room in a GPU pool: the target they make room for."""
+
+
+OPERATOR_RELEASE = "released by an operator"
+"""The reason of a release an operator asked for (``POST /targets/<name>/release``)."""
 
 
 def backoff(failures: int, scaling: Scaling) -> float:
@@ -179,7 +189,11 @@ def decide(v: View) -> Step:
             return Step(Act.WAIT, until=v.fenced_until)  # the leader is releasing it
         if obs.endpoints != state.endpoints or not state.endpoints:  # none left included
             return Step(Act.REFRESH, reason="ready endpoints changed")
-        if v.idle_since is None or v.held > 0 or v.kept_warm:
+        if v.idle_since is None or v.held > 0:
+            return Step(Act.WAIT)
+        if v.release_asked and v.may_release:
+            return Step(Act.DRAIN, reason=OPERATOR_RELEASE)
+        if v.kept_warm:
             return Step(Act.WAIT)
         if v.make_room is not None and v.may_release:
             whom, how = v.make_room
@@ -244,6 +258,8 @@ def _parked(v: View, now: float) -> Step:
         return Step(Act.QUEUE)
     if v.idle_since is None:
         return Step(Act.WAIT)
+    if v.release_asked and v.may_release:
+        return Step(Act.DRAIN, reason=OPERATOR_RELEASE)
     return _idle_release(v, now, "parked, ")
 
 
@@ -299,3 +315,31 @@ def _starting(v: View, now: float) -> Step:
         return Step(Act.STAGE, reason=obs.stage_message)
     until = min(deadline, give_up, v.next_probe if obs.endpoints else math.inf)
     return Step(Act.WAIT, until=until)
+
+
+def failure(state: TargetState, scaling: Scaling, now: float) -> tuple[int, float]:
+    """A failed start (or park, or wake): the failures in a row, and the loop time after which
+    a new start may be tried (the backoff)."""
+    failures = state.failures + 1
+    return failures, now + backoff(failures, scaling)
+
+
+def answer_fence(v: View, needed: float | None) -> Step:
+    """The leader of the replicas is about to release (or park) the target and asks this
+    replica to hold its new requests meanwhile: :attr:`Act.FENCE` (held from now on),
+    :attr:`Act.WAIT` with the reason it is refused, or :attr:`Act.WAIT` with none (agreed,
+    nothing to hold: cold, failed, or already stopping). ``needed``: the idleness the leader's
+    step needs (a park's is shorter than ``idle_after``); ``None``: a release's."""
+    state = v.state
+    if state.phase is Phase.COLD or state.phase is Phase.FAILED:
+        return Step(Act.WAIT, reason="" if v.held == 0 else "requests are held here")
+    if state.phase is Phase.STARTING:
+        return Step(Act.WAIT, reason="starting here (probing the workload)")
+    if state.phase is Phase.DRAINING and state.stopping:
+        return Step(Act.WAIT)
+    if v.held or v.idle_since is None:
+        return Step(Act.WAIT, reason="active here")
+    idle = v.now - v.idle_since
+    if not idle_reached(v.now, v.idle_since, v.release_after if needed is None else needed):
+        return Step(Act.WAIT, reason=f"idle for only {idle:.1f}s here")
+    return Step(Act.FENCE, reason=f"idle for {idle:.0f}s here too")

@@ -8,11 +8,11 @@ ends when the published stage changes, the start ends when the phase leaves ``st
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from backends.base import Stage
 from router.scale.eta import UNKNOWN
+from router.scale.machine import Event, Machine
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 
@@ -20,8 +20,9 @@ log = logging.getLogger("warmgate.lifecycle")
 
 
 class StageClock:
-    def __init__(self, runtime: TargetRuntime) -> None:
+    def __init__(self, runtime: TargetRuntime, machine: Machine) -> None:
         self.rt = runtime
+        self.machine = machine
         self.times: dict[str, float] = {}
         """Seconds per stage of the start under way (or the last one)."""
         self._histogram = runtime.metrics.cold_start_stage_seconds
@@ -68,10 +69,8 @@ class StageClock:
         stage's clock restarts when the stage changes."""
         state = self.rt.state
         since = self.now if stage != state.stage else state.stage_since
-        self.rt.cell.replace(
-            dataclasses.replace(
-                state, stage=stage, stage_message=message, stage_since=since, progress=progress
-            )
+        self.machine.apply(
+            Event.STAGE, stage=stage, stage_message=message, stage_since=since, progress=progress
         )
 
     def progressed(self, progress: float | None) -> None:
@@ -79,4 +78,4 @@ class StageClock:
         state = self.rt.state
         loading = state.phase is Phase.STARTING and state.stage in (None, "loading")
         if progress is not None and loading and progress != state.progress:
-            self.rt.cell.replace(dataclasses.replace(state, progress=progress))
+            self.machine.apply(Event.STAGE, progress=progress)

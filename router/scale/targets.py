@@ -82,6 +82,9 @@ class TargetRuntime:
         """The recent wakes from parked: what the next one is expected to take."""
         self.park_asked = False
         """A park was asked for (the dashboard): parked once idle; the lifecycle resets it."""
+        self.release_asked = False
+        """A release was asked for (the dashboard): released once nothing is at work; dropped
+        when the release begins, or when activity resumes first."""
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
@@ -154,6 +157,7 @@ class TargetRuntime:
         """Activity begins with none before it: the idle rule learns the gap since the last
         burst ended (:meth:`IdleRule.resumed_at`)."""
         activity = self.activity
+        self.release_asked = False  # work came first: the operator's release is called off
         if not (activity.held or activity.in_flight):
             window = self.spec.scaling.stream_activity_window
             self.idling.resumed_at(activity.idle_since(window), now)
