@@ -18,12 +18,13 @@ from yarl import URL
 from backends.base import RequestFacts
 from router.config import logged_path
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
+from router.http.bridge import forward_websocket
 from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
 from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
 from router.http.proxy import request_body, resend, respond, send
 from router.http.replies import STARTED, error_response, request_key
-from router.http.websocket import forward_websocket, is_websocket_upgrade
+from router.http.websocket import is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 
 from backends.base import Observation
+from router.http.websocket import GOING_AWAY
 from router.scale.scaling import backoff
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
@@ -100,4 +101,4 @@ class Transitions:
     async def close_streams(self) -> None:
         for close in list(self.rt.activity.streams.values()):
             with contextlib.suppress(Exception):
-                await close(1001, "idle: the GPU is released")
+                await close(GOING_AWAY, "idle: the GPU is released")
