@@ -45,6 +45,17 @@ def is_websocket_upgrade(request: web.BaseRequest) -> bool:
     return "upgrade" in (token.strip() for token in connection.split(","))
 
 
+def handshake_refusal(request: web.BaseRequest) -> web.Response | None:
+    """The 400 for a client's upgrade aiohttp would not accept (a ``Sec-WebSocket-Key`` that is
+    not 16 bytes in base64, an unknown ``Sec-WebSocket-Version``); ``None`` when it is good.
+    Asked before anything is opened upstream (or a target woken) for it."""
+    if web.WebSocketResponse().can_prepare(request).ok:
+        return None
+    return web.Response(
+        status=400, text="bad websocket handshake: Sec-WebSocket-Key or Sec-WebSocket-Version"
+    )
+
+
 def client_socket(runtime: Runtime, protocol: str | None = None) -> web.WebSocketResponse:
     """The client's side of a proxied websocket, answering with the engine's ``protocol``."""
     return web.WebSocketResponse(
