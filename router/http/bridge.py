@@ -93,6 +93,9 @@ class Bridge:
         self.client = client_socket(runtime, protocol)
         self.upstream: aiohttp.ClientWebSocketResponse | None = None
         """The engine's socket now, from its connection to its close."""
+        self.first_text: str | None = None
+        """The first text message an engine sent this client (ComfyUI: its ``status``, which
+        names the client)."""
         self.gone = asyncio.Event()
         """The client closed its socket, or left."""
         self.close_with: tuple[int, str] = (GOING_AWAY, "")
@@ -243,6 +246,8 @@ class Bridge:
         while True:
             msg = await upstream.receive()
             if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                if msg.type is WSMsgType.TEXT and self.first_text is None:
+                    self.first_text = msg.data
                 try:
                     await send(self.client, msg.type, msg.data)
                 except SEND_ERRORS:

@@ -6,10 +6,12 @@ target is cold, ComfyUI's frontend retries it forever and shows a red "Reconnect
 reloaded. Here the upgrade is accepted at once and the socket held open silently: it never wakes
 the target (it is no activity while held, and counts only in ``max_held``). When a real request
 (``POST /prompt``) wakes the target, the engine's websocket is connected with the same path and
-query (ComfyUI's ``clientId``: the engine's messages for that tab reach it) as soon as the engine
-listens, and the two are bridged; what the tab sent meanwhile goes first. A release or a park
-does not close the tab's socket either: only the engine's side is closed, and the tab's is held
-again until the next start. warmgate's shutdown closes it with 1001.
+query as soon as the engine listens, and the two are bridged; what the tab sent meanwhile goes
+first. Connected again, it asks for the name the engine gave the tab (ComfyUI's ``clientId``,
+from its first ``status`` frame where the tab sent none: the engine's messages for that tab reach
+it). A release or a park does not close the tab's socket either: only the engine's side is
+closed, and the tab's is held again until the next start. warmgate's shutdown closes it with
+1001.
 
 The pipe, its close codes and its accounting are the one bridge every websocket has
 (:class:`router.http.bridge.Bridge`); here is the holding: when, and to which engine."""
@@ -26,6 +28,7 @@ from aiohttp import WSCloseCode, web
 from multidict import CIMultiDict
 from yarl import URL
 
+from backends.base import websocket_again
 from router.errors import Shedding
 from router.http.bridge import Bridge, Ended, Ends
 from router.http.websocket import GOING_AWAY, connect_upstream
@@ -106,6 +109,8 @@ class HeldWebsocket:
         engine refused it, or warmgate shuts down."""
         if how is not None:
             log.debug("%s: websocket %s held again (%s)", self.rt.name, self.path, how.value)
+        # Connected again under the name the engine gave the tab (ComfyUI's clientId).
+        self.path = websocket_again(self.rt.engine, self.path, self.bridge.first_text)
         stale = self.rt.state if how is Ends.LOST else None  # gone before its lifecycle saw it
         while True:
             if not await self._hold(stale):
