@@ -229,6 +229,26 @@ def load_progress(engine: Engine, base_url: str) -> float | None:
 
 
 @runtime_checkable
+class NamesWebsockets(Protocol):
+    """What an :class:`Engine` that names each websocket client offers (ComfyUI: the
+    ``clientId`` its messages for a tab are addressed to); ask through :func:`websocket_again`."""
+
+    def websocket_again(self, path: str, first_message: str) -> str:
+        """The path (with its query) to connect a client's websocket to this engine again at:
+        ``path``, where it was opened, asking for the name the engine gave it (read from the
+        first text message the engine sent it)."""
+        ...
+
+
+def websocket_again(engine: Engine, path: str, first_message: str | None) -> str:
+    """Where a held websocket opened at ``path`` connects to the engine again (a new process
+    after a release): under the name it was given, where the engine names its clients."""
+    if first_message is None or not isinstance(engine, NamesWebsockets):
+        return path
+    return engine.websocket_again(path, first_message)
+
+
+@runtime_checkable
 class ReportsQueue(Protocol):
     """What an :class:`Engine` that tells the depth of its own queue offers (ComfyUI's
     ``queue_remaining``, Gradio's ``queue_size``, vLLM's ``vllm:num_requests_waiting``); ask

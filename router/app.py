@@ -21,7 +21,7 @@ from router.dashboard import add_dashboard
 from router.http.h1.connector import UpstreamConnector
 from router.http.h1.framer import MAX_HEAD
 from router.http.proxy import held_for_a_connection
-from router.http.websocket import UpstreamSocket
+from router.http.websocket import GOING_AWAY, UpstreamSocket
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.metrics import Metrics
 from router.openai.api import build_openai_api
@@ -152,7 +152,7 @@ def build_apps(config: Config) -> Apps:
         for runtime in runtimes.values():
             for close in list(runtime.activity.streams.values()):
                 with contextlib.suppress(Exception):
-                    await close(1001, "warmgate is shutting down")
+                    await close(GOING_AWAY, "warmgate is shutting down")
 
     public = web.Application(handler_args={"max_field_size": 16384})
     public[CONFIG] = config

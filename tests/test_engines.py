@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from backends.base import RequestFacts
+from backends.base import RequestFacts, websocket_again
 from backends.engines.comfyui import ComfyUIEngine, api_route, history_outcome, prompt_error
 from backends.engines.common import Warmup, WarmupFailed
 from backends.engines.gradio import GradioEngine, sse_events
@@ -229,3 +229,15 @@ def test_a_gradio_child_behind_a_prefix_gets_its_root_path(tmp_path: Path) -> No
     warm = config({"engine": "gradio", "warmup": {"api_name": "/load", "data": [1, "a"]}}, tmp_path)
     assert warm.targets["t"].warmup.api_name == "load"
     assert warm.targets["t"].warmup.data == (1, "a")
+
+
+def test_a_comfyui_socket_connects_again_under_the_client_id_it_was_given() -> None:
+    status = json.dumps({"type": "status", "data": {"status": {}, "sid": "abc123"}})
+    assert websocket_again(COMFY, "/ws", status) == "/ws?clientId=abc123"
+    assert websocket_again(COMFY, "/ws?lang=en", status) == "/ws?lang=en&clientId=abc123"
+    assert websocket_again(COMFY, "/ws?clientId=mine", status) == "/ws?clientId=mine"
+    assert websocket_again(COMFY, "/ws", '{"type": "executing", "data": {}}') == "/ws"
+    assert websocket_again(COMFY, "/ws", "not json") == "/ws"
+    assert websocket_again(COMFY, "/ws", None) == "/ws"
+    http = HttpEngine(EngineSpec(kind="http"))
+    assert websocket_again(http, "/ws", status) == "/ws"  # names no clients

@@ -252,3 +252,42 @@ async def test_what_the_tab_said_while_held_goes_first_and_a_crash_holds_it_agai
             assert runtime.backend.observe().endpoints != first
             await ws.send_str("after the crash")
             assert await ws.receive_str(timeout=10) == "after the crash"
+
+
+async def status_sid(ws: aiohttp.ClientWebSocketResponse) -> str:
+    """The client id the engine gave the socket: its first message is ComfyUI's ``status`` with
+    the ``sid``."""
+    msg = await ws.receive(timeout=30)
+    assert msg.type is aiohttp.WSMsgType.TEXT, msg
+    data = json.loads(msg.data)
+    assert data["type"] == "status", data
+    return str(data["data"]["sid"])
+
+
+async def test_a_tab_without_a_client_id_keeps_the_one_it_was_given_across_a_release(
+    tmp_path: Path,
+) -> None:
+    """ComfyUI's page opens its first socket as plain ``/ws`` and learns its client id from the
+    engine's first ``status`` frame; bridged again to a new engine process after a release, the
+    socket asks for that id (``?clientId=``), so the tab gets its next render's frames."""
+    data = config(tmp_path, idle_after="1s", stream_activity_window="200ms")
+    async with warmgate(data) as wg, aiohttp.ClientSession() as client:
+        comfy = wg.runtime("comfy")
+        plain = wg.url.replace("http", "ws", 1) + "/comfy/ws"
+        async with client.ws_connect(plain) as ws:
+            wake = asyncio.ensure_future(render(client, wg, "someone else"))
+            sid = await status_sid(ws)  # bridged once the engine listens
+            await wake
+            first = await render(client, wg, sid)
+            assert "executed" in await messages_of(ws, first)
+            pid = comfy.backend.observe().endpoints
+
+            await wait_until(lambda: comfy.state.phase is Phase.COLD, timeout=20)
+            await wait_until(lambda: comfy.activity.held_sockets == 1, timeout=5)
+            await read_what_came(ws)
+
+            second = asyncio.ensure_future(render(client, wg, sid))  # a new process
+            assert await status_sid(ws) == sid, "bridged again under another client id"
+            prompt_id = await second
+            assert comfy.backend.observe().endpoints != pid
+            assert "executed" in await messages_of(ws, prompt_id)

@@ -112,7 +112,16 @@ async def test_a_close_reason_is_cut_on_a_character_boundary(stack) -> None:  # 
     assert msg.extra == "é" * 61
 
 
-@pytest.mark.parametrize("stack", [{"limits": {"max_ws_message": "1KiB"}}], indirect=True)
+ONE_KIB = {"limits": {"max_ws_message": "1KiB"}}
+
+
+# One bridge for plain and held websockets: the limit, and the close codes it gives, hold in both.
+@pytest.mark.parametrize(
+    "stack",
+    [ONE_KIB, {**ONE_KIB, "waiting": {"hold_websockets": True}}],
+    ids=["plain", "held"],
+    indirect=True,
+)
 async def test_a_message_over_max_ws_message_closes_with_1009_both_ways(stack) -> None:  # type: ignore[no-untyped-def]
     wg, client, app = stack
     async with client.ws_connect(wg.url + "/ws", max_msg_size=0) as ws:
@@ -127,7 +136,7 @@ async def test_a_message_over_max_ws_message_closes_with_1009_both_ways(stack) -
     app[SEEN].clear()
     async with client.ws_connect(wg.url + "/ws", max_msg_size=0) as ws:
         await ws.send_str("send:1025")  # the upstream's own message is too big for the client
-        msg = await ws.receive()
+        msg = await ws.receive(timeout=10)
     assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1009)
     await wait_until(lambda: len(app[SEEN]) == 1)
     assert app[SEEN][0][:2] == ("close", 1009)

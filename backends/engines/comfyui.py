@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
+from yarl import URL
 
 from backends.base import RequestFacts, StreamActivity
 from backends.engines.common import (
@@ -180,3 +181,19 @@ class ComfyUIEngine(EngineBase):
 
     def stream_activity(self, path: str) -> StreamActivity:
         return "none" if path.rstrip("/").endswith("/ws") else "frames"
+
+    def websocket_again(self, path: str, first_message: str) -> str:
+        """ComfyUI's page opens its first socket as plain ``/ws`` and learns its client id from
+        the first ``status`` frame's ``sid``; a new process asked with ``?clientId=`` keeps it
+        (server.py: the query's, else a new uuid). A socket that sent one keeps its own."""
+        url = URL(path, encoded=True)
+        if url.query.get("clientId"):
+            return path
+        try:
+            message = json.loads(first_message)
+            sid = message["data"]["sid"] if message["type"] == "status" else None
+        except (ValueError, KeyError, TypeError):
+            return path
+        if not isinstance(sid, str) or not sid:
+            return path
+        return str(url.extend_query(clientId=sid))

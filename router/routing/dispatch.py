@@ -18,12 +18,13 @@ from yarl import URL
 from backends.base import RequestFacts
 from router.config import logged_path
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
+from router.http.bridge import forward_websocket
 from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
 from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
 from router.http.proxy import request_body, resend, respond, send
 from router.http.replies import STARTED, error_response, request_key
-from router.http.websocket import forward_websocket, is_websocket_upgrade
+from router.http.websocket import handshake_refusal, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
@@ -95,6 +96,10 @@ class Dispatcher:
                 response = web.Response(status=308, headers={"Location": location})
                 return response
             websocket = is_websocket_upgrade(request)
+            refusal = handshake_refusal(request) if websocket else None
+            if refusal is not None:  # before anything is woken or opened upstream for it
+                response = refusal
+                return response
             if websocket and holds(runtime, request):  # accepted even while not ready
                 response = await self._held_websocket(request, runtime, match, started)
                 return response

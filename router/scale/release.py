@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from router.http.websocket import GOING_AWAY
 from router.scale.coordination import Others
 from router.scale.fencing import Fencing
 from router.scale.machine import Event, Machine
@@ -133,4 +134,4 @@ class Release:
     async def close_streams(self) -> None:
         for close in list(self.rt.activity.streams.values()):
             with contextlib.suppress(Exception):
-                await close(1001, "idle: the GPU is released")
+                await close(GOING_AWAY, "idle: the GPU is released")
