@@ -219,6 +219,16 @@ async def test_browsers_get_html_errors(stack) -> None:  # type: ignore[no-untyp
         assert "refused" in await resp.text() or "closed" in await resp.text()
 
 
+async def test_a_connection_closed_before_the_headers_is_said_in_words(stack) -> None:  # type: ignore[no-untyped-def]
+    wg, client, _ = stack
+    async with client.get(wg.url + "/reset") as resp:
+        assert resp.status == 502
+        message = (await resp.json())["error"]["message"]
+    assert message == "target 't' closed the connection before sending its response headers"
+    async with client.get(wg.url + "/reset", headers={"Accept": "text/html"}) as resp:
+        assert "closed the connection before sending its response headers" in await resp.text()
+
+
 async def test_refused_upstream_is_502() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -18,6 +18,7 @@ from backends.base import Observation, RequestFacts
 from router.config import parse_config
 from router.errors import TargetFailed
 from router.metrics import Metrics
+from router.routing import waiting
 from router.scale.lifecycle import Lifecycle
 from router.scale.persist import FileStore
 from router.scale.state import Phase
@@ -169,3 +170,48 @@ async def test_a_start_that_cannot_succeed_fails_at_once_and_held_requests_hear_
         assert loop.time() - began < 1
         assert rt.state.phase is Phase.FAILED and "ErrImagePull" in rt.state.reason
         assert staged(rt).calls == ["up", "down"]  # no GPU held through the backoff
+
+
+async def test_the_waiting_page_shows_what_is_left_of_a_start_whose_stages_were_learned() -> None:
+    async with rig() as rt:
+        rt.record_cold_start(35.0, {"pulling": 30.0, "loading": 5.0})  # a start learned before
+        loop = asyncio.get_running_loop()
+        held = asyncio.ensure_future(rt.acquire(GET))
+        await until(rt, lambda s: s.stage == "scheduling")
+        staged(rt).stage("pulling", "pulling ghcr.io/x:1")
+        await until(rt, lambda s: s.stage == "pulling")
+        await asyncio.sleep(10)  # a third of the learned pull
+        status = waiting.status(rt)
+        assert status["eta"] == 35.0 and status["remaining"] == pytest.approx(25, abs=0.5)
+        assert status["remaining_by_stage"] == [
+            {"stage": "pulling", "seconds": pytest.approx(20, abs=0.5)},
+            {"stage": "loading", "seconds": 5.0},
+        ]
+        left = "about 25 s left: downloading the engine image, then loading the model"
+        assert status["expect_text"] == left
+        assert status["bar"] == pytest.approx(100 * 10 / 35, abs=2)  # done of what is known
+        page = waiting.render(rt).text or ""
+        assert left in page and "35 s expected" not in page
+        assert "width:28." in page
+
+        staged(rt).stage("loading", endpoints=True)
+        engine(rt).ready_at = loop.time() + 5
+        await held
+
+
+async def test_a_failed_start_shows_its_failure_and_reason_on_the_waiting_page() -> None:
+    async with rig() as rt:
+        held = asyncio.ensure_future(rt.acquire(GET))
+        await until(rt, lambda s: s.phase is Phase.STARTING)
+        await asyncio.sleep(24)  # most of the 30 s expected: the bar was near 80 %
+        staged(rt).set(Observation(running=True, failure="ErrImagePull: pull access denied"))
+        with pytest.raises(TargetFailed):
+            await held
+        status = waiting.status(rt)
+        assert status["phase"] == "failed"
+        assert "ErrImagePull: pull access denied" in str(status["failure"])
+        assert status["bar"] is None and status["expect_text"] == ""
+        page = waiting.render(rt).text or ""
+        assert "<title>t failed to start</title>" in page
+        assert "Starting" not in page.split("<script>")[0]
+        assert "ErrImagePull: pull access denied" in page.split("<script>")[0]

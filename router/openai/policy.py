@@ -2,7 +2,9 @@
 rules, now) -> :class:`Decision`. No I/O and no awaits; :mod:`router.openai.api` acts on it.
 The snapshot's parts are immutable named tuples: built on every request, they must be cheap.
 
-The table (docs/openai.md has it for people):
+The policy is :data:`TABLE`: rules of (reason, condition, decision), read in order, the first
+that holds decides. The conditions ask :class:`Facts`, worked out once per request. In short
+(docs/openai.md has it for people):
 
 - a local target ready and not saturated -> ``local``; saturated is a load (warmgate's own API
   requests, or the engine's own queue where it tells one) over ``overflow_queue_depth``, or a
@@ -10,14 +12,13 @@ The table (docs/openai.md has it for people):
   cloud when allowed (``local_busy``, the depth in the header), else local anyway;
 - local cold, starting or parked and predicted ready within the latency budget -> ``hold`` (a
   parked target is predicted from its learned wake time, a cold one from its cold starts);
-- local waiting for its GPU pool with nothing to displace: the wait is unknown -> the cloud when
-  allowed, else ``hold``;
-- local starting but unschedulable (no GPU free in the cluster): the wait is unknown -> the
-  cloud at once when allowed (``local_unschedulable``), else ``hold`` up to its deadline;
 - otherwise the cloud when allowed (not private, affordable, configured), warming the local
-  target with ``warm_on_cloud``;
-- the cloud not allowed: private -> ``reject`` 503 (the work never leaves the building), budget
-  exhausted or cloud missing -> ``hold`` (local if possible), else ``reject`` 429/503;
+  target with ``warm_on_cloud``; a start waiting for its GPU pool or unschedulable has no
+  known wait: the cloud at once (``pool_busy``, ``local_unschedulable``);
+- the cloud not allowed: held for a local target that can start (also when nobody can say how
+  long: pool full, unschedulable), else ``reject``: 429 when the budget is spent, 502 after a
+  cloud failure, 503 otherwise; private work over the latency budget, on a model with a cloud
+  placement -> 503 (the work never leaves the building), the local target started;
 - after a cloud failure: local when it can serve within what is left of the latency budget.
 
 Rejections never invite a retry loop: the caller answers them with ``x-should-retry: false``.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -197,104 +199,270 @@ def _busy(opt: LocalOption, depth: int, budget: float) -> str:
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the rules ask about one request, worked out once from (ask, snapshot, rules)."""
+
+    ask: Ask
+    snap: Snapshot
+    rules: Rules
+    budget: float
+    """Seconds of the latency budget left (``max_wait`` less what was already waited)."""
+    ready: tuple[LocalOption, ...]
+    """Local targets that serve at once."""
+    idle: tuple[LocalOption, ...]
+    """Of those, the ones not too busy for this request."""
+    cloud: CloudOption | None
+    """The cloud this request may go to (configured, not private, not after a cloud failure),
+    affordable or not."""
+    affordable: CloudOption | None
+    """That cloud, where the day's budget still covers this request."""
+    soonest: LocalOption | None
+    """The local target predicted to serve first, among those that can start now."""
+    soonest_in: float
+    """Its predicted seconds until it serves (``inf`` when there is none)."""
+    queued: tuple[LocalOption, ...]
+    """Waiting for their GPU pool with nothing to displace (the wait is unknown), holdable."""
+    stuck: tuple[LocalOption, ...]
+    """Starting but unschedulable (no GPU free in the cluster), holdable."""
+    why: str
+    """Why the cloud is not for this request: ``local_only``, ``private``, ``cloud_failed``,
+    ``cloud_unavailable`` or ``budget_exhausted`` (meaningless while it is)."""
+
+    @classmethod
+    def of(cls, ask: Ask, snap: Snapshot, rules: Rules) -> Facts:
+        budget = max(0.0, ask.max_wait - ask.waited)
+        depth = rules.overflow_queue_depth
+        ready = tuple(opt for opt in snap.locals if opt.servable)
+        clouds = [c for c in snap.clouds if c.available]
+        cloud = clouds[0] if clouds and not ask.private and not ask.cloud_failed else None
+        affordable = cloud if cloud is not None and _fits(cloud.cost, snap.budget_left) else None
+        waits = [(opt.ready_in(snap.now), opt) for opt in snap.locals]
+        startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
+        soonest = min(startable, key=lambda pair: pair[0]) if startable else None
+        return cls(
+            ask=ask,
+            snap=snap,
+            rules=rules,
+            budget=budget,
+            ready=ready,
+            idle=tuple(opt for opt in ready if not _busy(opt, depth, budget)),
+            cloud=cloud,
+            affordable=affordable,
+            soonest=None if soonest is None else soonest[1],
+            soonest_in=math.inf if soonest is None else soonest[0],
+            queued=tuple(o for o in snap.locals if o.pool_wait and o.wakes and o.held < o.max_held),
+            stuck=tuple(o for o in snap.locals if o.unschedulable and o.held < o.max_held),
+            why=_why_no_cloud(ask, snap, cloud, clouds),
+        )
+
+    @property
+    def within_budget(self) -> bool:
+        """A local target is predicted to serve within the latency budget."""
+        return self.soonest is not None and self.soonest_in <= self.budget
+
+    def soonest_is(self, phase: Phase) -> bool:
+        return self.soonest is not None and self.soonest.phase is phase
+
+    @property
+    def none_startable(self) -> bool:
+        """No local target can be predicted to serve (none, or none can start now)."""
+        return self.soonest is None
+
+    @property
+    def where(self) -> str:
+        """Why nothing local helps, in words, for a rejection."""
+        if self.snap.locals:
+            return "no local target can start now"
+        return "the model has no local placement"
+
+    @property
+    def late(self) -> str:
+        """The soonest local target's prediction against the budget, in words."""
+        target = self.soonest.target if self.soonest is not None else "none"
+        return (
+            f"{target} predicted ready in {_secs(self.soonest_in)}, "
+            f"over the latency budget of {_secs(self.budget)}"
+        )
+
+
+class Rule(NamedTuple):
+    """One line of the policy's table: when ``when`` holds (and no rule above it did), the
+    decision is ``then``'s, with ``reason`` (``<why>`` standing for :attr:`Facts.why`)."""
+
+    reason: str
+    when: Callable[[Facts], bool]
+    then: Callable[[Facts, str], Decision]
+
+    def reason_for(self, facts: Facts) -> str:
+        return self.reason.replace("<why>", facts.why)
+
+
+# -- what each rule decides ---------------------------------------------------------------
+
+
+def _local_idle(f: Facts, reason: str) -> Decision:
+    best = min(f.idle, key=lambda o: o.load)
+    return Decision(Action.LOCAL, reason, f"{best.target} is ready", local=best)
+
+
+def _least_busy(f: Facts) -> LocalOption:
+    return min(f.ready, key=lambda o: (o.load, o.queue_wait))
+
+
+def _cloud_busy(f: Facts, reason: str) -> Decision:
+    least = _least_busy(f)
+    busy = _busy(least, f.rules.overflow_queue_depth, f.budget)
+    return Decision(Action.CLOUD, reason, busy, cloud=f.affordable, queue_depth=least.load)
+
+
+def _local_anyway(f: Facts, reason: str) -> Decision:
+    least = _least_busy(f)
+    busy = _busy(least, f.rules.overflow_queue_depth, f.budget)
+    detail = f"{busy}; local anyway: {f.why.replace('_', ' ')}"
+    return Decision(Action.LOCAL, reason, detail, local=least)
+
+
+def _hold_soonest(f: Facts, reason: str) -> Decision:
+    target = f.soonest.target if f.soonest is not None else "none"
+    detail = f"{target} predicted ready in {_secs(f.soonest_in)} (latency budget {_secs(f.budget)})"
+    return Decision(Action.HOLD, reason, detail, local=f.soonest)
+
+
+def _to_cloud(detail: Callable[[Facts], str]) -> Callable[[Facts, str], Decision]:
+    """To the affordable cloud, starting the soonest local target with ``warm_on_cloud``
+    (unless it is starting already)."""
+
+    def then(f: Facts, reason: str) -> Decision:
+        warm = None
+        if f.rules.warm_on_cloud and f.soonest is not None and not f.soonest_is(Phase.STARTING):
+            warm = f.soonest.target
+        return Decision(Action.CLOUD, reason, detail(f), cloud=f.affordable, warm=warm)
+
+    return then
+
+
+def _hold_queued(f: Facts, reason: str) -> Decision:
+    opt = f.queued[0]
+    detail = f"{opt.target}: {opt.pool_wait}; holding: {f.why.replace('_', ' ')}"
+    return Decision(Action.HOLD, reason, detail, local=opt)
+
+
+def _hold_stuck(f: Facts, reason: str) -> Decision:
+    opt = f.stuck[0]
+    detail = f"{opt.target} waits for a free GPU ({opt.unschedulable}); holding: {f.why}"
+    return Decision(Action.HOLD, reason, detail.replace("_", " "), local=opt)
+
+
+def _reject(
+    status: int, detail: Callable[[Facts], str], *, warm: bool = False
+) -> Callable[[Facts, str], Decision]:
+    """An error now; ``warm``: starting the soonest local target for the next request."""
+
+    def then(f: Facts, reason: str) -> Decision:
+        start = f.soonest.target if warm and f.soonest is not None else None
+        return Decision(Action.REJECT, reason, detail(f), status=status, warm=start)
+
+    return then
+
+
+def _hold_late(f: Facts, reason: str) -> Decision:
+    detail = f"{f.late}; holding: {reason.replace('_', ' ')}"
+    return Decision(Action.HOLD, reason, detail, local=f.soonest)
+
+
+# -- the table: first match wins (docs/openai.md has it for people) ------------------------
+
+TABLE: tuple[Rule, ...] = (
+    # a local target ready and not too busy
+    Rule("ready", lambda f: bool(f.idle) and not f.ask.cloud_failed, _local_idle),
+    Rule("cloud_failed", lambda f: bool(f.idle), _local_idle),
+    # every ready one too busy: the cloud when allowed, else local anyway
+    Rule("local_busy", lambda f: bool(f.ready) and f.affordable is not None, _cloud_busy),
+    Rule("busy_<why>", lambda f: bool(f.ready), _local_anyway),
+    # one predicted to serve within the latency budget: held for it
+    Rule("cloud_failed", lambda f: f.within_budget and f.ask.cloud_failed, _hold_soonest),
+    Rule("starting", lambda f: f.within_budget and f.soonest_is(Phase.STARTING), _hold_soonest),
+    Rule(
+        "parked_within_budget",
+        lambda f: f.within_budget and f.soonest_is(Phase.PARKED),
+        _hold_soonest,
+    ),
+    Rule("cold_within_budget", lambda f: f.within_budget, _hold_soonest),
+    # too late or unknown, the cloud allowed and affordable: the cloud
+    Rule(
+        "pool_busy",
+        lambda f: f.affordable is not None and f.none_startable and bool(f.queued),
+        _to_cloud(lambda f: f"{f.queued[0].target}: {f.queued[0].pool_wait}"),
+    ),
+    Rule(
+        "local_unschedulable",
+        lambda f: f.affordable is not None and f.none_startable and bool(f.stuck),
+        _to_cloud(
+            lambda f: f"{f.stuck[0].target} waits for a free GPU: {f.stuck[0].unschedulable}"
+        ),
+    ),
+    Rule(
+        "local_unavailable",
+        lambda f: f.affordable is not None and f.none_startable and bool(f.snap.locals),
+        _to_cloud(lambda f: "no local target can start now"),
+    ),
+    Rule(
+        "cloud_only",
+        lambda f: f.affordable is not None and f.none_startable,
+        _to_cloud(lambda f: "the model runs only there"),
+    ),
+    Rule(
+        "local_parked",
+        lambda f: f.affordable is not None and f.soonest_is(Phase.PARKED),
+        _to_cloud(lambda f: f.late),
+    ),
+    Rule("local_cold", lambda f: f.affordable is not None, _to_cloud(lambda f: f.late)),
+    # no cloud for it, and nobody can say when a local one serves: held up to the deadline
+    Rule("<why>", lambda f: f.none_startable and bool(f.queued), _hold_queued),
+    Rule("local_unschedulable", lambda f: f.none_startable and bool(f.stuck), _hold_stuck),
+    # no cloud for it, and nothing local can start: an error
+    Rule(
+        "budget_exhausted",
+        lambda f: f.none_startable and f.why == "budget_exhausted",
+        _reject(429, lambda f: f"the daily cloud budget is spent, and {f.where}"),
+    ),
+    Rule(
+        "cloud_failed",
+        lambda f: f.none_startable and f.ask.cloud_failed,
+        _reject(502, lambda f: f"the cloud failed; {f.where}"),
+    ),
+    Rule(
+        "local_unavailable",
+        lambda f: f.none_startable and bool(f.snap.locals),
+        _reject(503, lambda f: f"{f.where} ({f.why.replace('_', ' ')})"),
+    ),
+    Rule(
+        "<why>",
+        lambda f: f.none_startable,
+        _reject(503, lambda f: f"{f.where} ({f.why.replace('_', ' ')})"),
+    ),
+    # no cloud for it, a local one over the latency budget
+    Rule(
+        "private_local_late",
+        lambda f: f.ask.private and bool(f.snap.clouds),
+        _reject(503, lambda f: f"private work never leaves the building; {f.late}", warm=True),
+    ),
+    Rule("cloud_failed", lambda f: f.ask.cloud_failed, _reject(502, lambda f: f.late, warm=True)),
+    Rule("<why>", lambda f: True, _hold_late),  # local_only, budget_exhausted, ...
+)
+"""The policy, in order: the first rule whose ``when`` holds decides."""
+
+
+def rule_for(facts: Facts) -> Rule:
+    """The first rule of :data:`TABLE` that holds (the last always does)."""
+    return next(rule for rule in TABLE if rule.when(facts))
+
+
 def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
-    now, depth = snap.now, rules.overflow_queue_depth
-    locals_ = snap.locals
-    budget = max(0.0, ask.max_wait - ask.waited)
-    ready = [opt for opt in locals_ if opt.servable]
-    idle = [opt for opt in ready if not _busy(opt, depth, budget)]
-    if idle:
-        best = min(idle, key=lambda o: o.load)
-        reason = "cloud_failed" if ask.cloud_failed else "ready"
-        return Decision(Action.LOCAL, reason, f"{best.target} is ready", local=best)
-
-    clouds = [c for c in snap.clouds if c.available]
-    cloud = clouds[0] if clouds and not ask.private and not ask.cloud_failed else None
-    affordable = cloud if cloud is not None and _fits(cloud.cost, snap.budget_left) else None
-
-    if ready:
-        least = min(ready, key=lambda o: (o.load, o.queue_wait))
-        busy = _busy(least, depth, budget)
-        if affordable is not None:
-            return Decision(
-                Action.CLOUD, "local_busy", busy, cloud=affordable, queue_depth=least.load
-            )
-        why = _why_no_cloud(ask, snap, cloud, clouds)
-        detail = f"{busy}; local anyway: {why.replace('_', ' ')}"
-        return Decision(Action.LOCAL, f"busy_{why}", detail, local=least)
-
-    waits = [(opt.ready_in(now), opt) for opt in locals_]
-    startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
-    soonest = min(startable, key=lambda pair: pair[0]) if startable else None
-    queued = [o for o in locals_ if o.pool_wait and o.wakes and o.held < o.max_held]
-    stuck = [o for o in locals_ if o.unschedulable and o.held < o.max_held]
-    if soonest is not None and soonest[0] <= budget:
-        t, opt = soonest
-        reason = (
-            "cloud_failed"
-            if ask.cloud_failed
-            else (
-                "starting"
-                if opt.phase is Phase.STARTING
-                else ("parked_within_budget" if opt.phase is Phase.PARKED else "cold_within_budget")
-            )
-        )
-        detail = f"{opt.target} predicted ready in {_secs(t)} (latency budget {_secs(budget)})"
-        return Decision(Action.HOLD, reason, detail, local=opt)
-
-    warm = None
-    if soonest is not None and soonest[1].phase is not Phase.STARTING:
-        warm = soonest[1].target
-    if affordable is not None:
-        if soonest is None and queued:
-            reason, detail = "pool_busy", f"{queued[0].target}: {queued[0].pool_wait}"
-        elif soonest is None and stuck:
-            reason = "local_unschedulable"
-            detail = f"{stuck[0].target} waits for a free GPU: {stuck[0].unschedulable}"
-        elif soonest is None:
-            reason = "local_unavailable" if locals_ else "cloud_only"
-            detail = "no local target can start now" if locals_ else "the model runs only there"
-        else:
-            reason = "local_parked" if soonest[1].phase is Phase.PARKED else "local_cold"
-            detail = (
-                f"{soonest[1].target} predicted ready in {_secs(soonest[0])}, "
-                f"over the latency budget of {_secs(budget)}"
-            )
-        return Decision(
-            Action.CLOUD,
-            reason,
-            detail,
-            cloud=affordable,
-            warm=warm if rules.warm_on_cloud else None,
-        )
-
-    why = _why_no_cloud(ask, snap, cloud, clouds)
-    if soonest is None and queued:  # nobody can say how long: held, up to its deadline
-        opt = queued[0]
-        detail = f"{opt.target}: {opt.pool_wait}; holding: {why.replace('_', ' ')}"
-        return Decision(Action.HOLD, why, detail, local=opt)
-    if soonest is None and stuck:  # nobody can say when a GPU frees: held, up to its deadline
-        opt = stuck[0]
-        detail = f"{opt.target} waits for a free GPU ({opt.unschedulable}); holding: {why}"
-        return Decision(Action.HOLD, "local_unschedulable", detail.replace("_", " "), local=opt)
-    if soonest is None:
-        where = "no local target can start now" if locals_ else "the model has no local placement"
-        if why == "budget_exhausted":
-            detail = f"the daily cloud budget is spent, and {where}"
-            return Decision(Action.REJECT, why, detail, status=429)
-        if ask.cloud_failed:
-            return Decision(Action.REJECT, "cloud_failed", f"the cloud failed; {where}", status=502)
-        reason = "local_unavailable" if locals_ else why
-        return Decision(Action.REJECT, reason, f"{where} ({why.replace('_', ' ')})", status=503)
-    t, opt = soonest
-    late = f"{opt.target} predicted ready in {_secs(t)}, over the latency budget of {_secs(budget)}"
-    if ask.private and snap.clouds:
-        detail = f"private work never leaves the building; {late}"
-        return Decision(Action.REJECT, "private_local_late", detail, status=503, warm=opt.target)
-    if ask.cloud_failed:
-        return Decision(Action.REJECT, "cloud_failed", late, status=502, warm=opt.target)
-    reason = "local_only" if not snap.clouds else why
-    return Decision(Action.HOLD, reason, f"{late}; holding: {reason.replace('_', ' ')}", local=opt)
+    facts = Facts.of(ask, snap, rules)
+    rule = rule_for(facts)
+    return rule.then(facts, rule.reason_for(facts))
 
 
 def _why_no_cloud(

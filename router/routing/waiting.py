@@ -3,11 +3,14 @@
 A browser page load to a cold target gets this page at once (503, Retry-After, no-store) instead
 of a spinner that times out. It names the target, shows elapsed time, an ETA learned from the
 target's past cold starts (or, for a parked target, its past wakes: "Waking" rather than
-"Starting") and a progress bar, says what a start waits for in a full GPU pool ("waiting for the
-GPU: wan2gp is rendering") and the stage of the start in words ("downloading the engine image",
-"loading the model": the engine's own load progress drives the bar where it reports one; no ETA
-while no GPU in the cluster is free), follows the phase through ``/.warmgate/status/<target>``
-and reloads itself when the target is ready. With JavaScript off, a meta refresh does the same.
+"Starting"), what is left of a start under way, stage by stage where the stages were learned
+("about 25 s left: downloading the engine image, then loading the model"), and a progress bar;
+says what a start waits for in a full GPU pool ("waiting for the GPU: wan2gp is rendering") and
+the stage of the start in words ("downloading the engine image", "loading the model": the
+engine's own load progress drives the bar where it reports one; no ETA while no GPU in the
+cluster is free); follows the phase through ``/.warmgate/status/<target>`` and reloads itself
+when the target is ready. A failed start shows its reason in place of the bar. With
+JavaScript off, a meta refresh does the same.
 API clients are held, never shown this page.
 """
 
@@ -55,7 +58,15 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
     elapsed = now - state.since if moving else 0.0
     eta = runtime.wakes.predicted() if waking else runtime.predicted_cold_start()
     stage = state.stage if phase is Phase.STARTING else None
-    remaining = runtime.eta() if phase is Phase.STARTING else eta
+    remaining: float | None = eta
+    by_stage: list[tuple[str, float]] = []
+    if phase is Phase.STARTING:
+        remaining = runtime.eta()
+        if stage is not None:
+            by_stage = list(runtime.cold_starts.left_by_stage(stage, now - state.stage_since))
+    elif moving:  # waking: what is left of the wake
+        remaining = max(0.0, eta - elapsed)
+    failed = phase is Phase.FAILED
     return {
         "target": runtime.name,
         "phase": phase.value,
@@ -65,20 +76,54 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
         "elapsed": round(elapsed, 2),
         "eta": round(eta, 2),
         "remaining": None if remaining is None else round(remaining, 2),
+        "remaining_by_stage": [{"stage": s, "seconds": round(t, 2)} for s, t in by_stage],
+        "expect_text": "" if failed else _expect(moving, eta, remaining, by_stage),
+        "bar": None if failed else _bar(moving, eta, remaining, state.progress),
         "stage": stage,
         "stage_text": STAGE_WORDS.get(stage or ""),
         "stage_message": state.stage_message or None if stage is not None else None,
         "progress": None if state.progress is None else round(state.progress, 4),
-        "retry_in": round(max(0.0, state.retry_at - now), 1) if phase is Phase.FAILED else None,
+        "retry_in": round(max(0.0, state.retry_at - now), 1) if failed else None,
+        "failure": state.reason or "the start failed" if failed else None,
         "held": runtime.activity.held,
     }
+
+
+def _expect(
+    moving: bool, eta: float, remaining: float | None, by_stage: list[tuple[str, float]]
+) -> str:
+    """The line under the bar: what is left of a start or wake under way (and of which
+    stages), the whole ETA before one began, or that nobody can tell."""
+    if remaining is None:
+        return "no ETA until a GPU is free"
+    if not moving:
+        return f"about {eta:.0f} s expected"
+    stages = ", then ".join(STAGE_WORDS[stage] for stage, _ in by_stage)
+    if remaining >= 0.5:
+        text = f"about {remaining:.0f} s left"
+    else:
+        text = f"taking longer than the {eta:.0f} s expected"
+    return f"{text}: {stages}" if stages else text
+
+
+def _bar(moving: bool, eta: float, remaining: float | None, progress: float | None) -> float | None:
+    """Percent of the bar: the engine's own load progress where it reports one, else the part
+    of the expected time that is done (what is left against the whole; never full before
+    ready); ``None`` while nobody can tell."""
+    if progress is not None:
+        return round(100 * progress, 1)
+    if remaining is None:
+        return None
+    if not moving:
+        return 0.0
+    return round(min(95.0, 100 * (1 - remaining / max(remaining, eta, 1.0))), 1)
 
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <noscript><meta http-equiv="refresh" content="{refresh}"></noscript>
-<title>{verb} {name}…</title>
+<title>{title}</title>
 <style>
 body{{font:16px/1.5 system-ui,sans-serif;background:#111;color:#eee;display:grid;
 place-items:center;min-height:100vh;margin:0}}
@@ -88,12 +133,13 @@ main{{width:min(32rem,90vw)}}h1{{font-size:1.3rem;margin:0 0 .5rem}}
 small{{color:#999}}
 </style></head>
 <body><main>
-<h1 id="title">{verb} <b>{name}</b></h1>
+<h1 id="title">{headline}</h1>
 <p id="phase">{text}</p>
 <p id="pool"{pool_hidden}>{waiting_for}</p>
 <p id="stage"{stage_hidden}>{stage_text}</p>
-<div class="bar"><div class="fill" id="fill"></div></div>
-<p><span id="elapsed">{elapsed}</span> s elapsed · <span id="expect">{expect}</span></p>
+<div class="bar" id="bar"{bar_hidden}><div class="fill" id="fill"></div></div>
+<p id="times"{times_hidden}><span id="elapsed">{elapsed}</span> s elapsed ·
+<span id="expect">{expect}</span></p>
 <small>warmgate · <span id="state">{phase}</span></small>
 </main>
 <script>
@@ -101,6 +147,7 @@ small{{color:#999}}
   var status = {status_json};
   var shownAt = Date.now() - status.elapsed * 1000;
   var url = "/.warmgate/status/" + encodeURIComponent(status.target);
+  var words = {words_json};
   function show(s) {{
     var elapsed = (Date.now() - shownAt) / 1000;
     document.getElementById("elapsed").textContent = elapsed.toFixed(0);
@@ -110,22 +157,25 @@ small{{color:#999}}
     stage.textContent = s.stage_text ? s.stage_text.charAt(0).toUpperCase() +
       s.stage_text.slice(1) + (s.progress !== null ? " (" + Math.round(100 * s.progress) +
       "%)" : "") + "." : "";
-    var unknown = s.phase === "starting" && s.remaining === null;
-    document.getElementById("expect").textContent = unknown ?
-      "no ETA until a GPU is free" : "about " + Math.round(s.eta) + " s expected";
+    document.getElementById("expect").textContent = s.expect_text;
     var pool = document.getElementById("pool");
     pool.hidden = !s.waiting_for;
     pool.textContent = s.waiting_for ? s.waiting_for.charAt(0).toUpperCase() +
       s.waiting_for.slice(1) + "." : "";
-    document.getElementById("title").firstChild.nodeValue = s.waking ? "Waking " : "Starting ";
-    var pct = s.progress !== null ? 100 * s.progress :
-      Math.min(95, 100 * elapsed / Math.max(1, s.eta));
-    if (!unknown) {{ document.getElementById("fill").style.width = pct.toFixed(1) + "%"; }}
-    if (s.phase === "failed") {{
-      document.getElementById("phase").textContent =
-        "The workload failed to start; warmgate tries again" +
-        (s.retry_in ? " in " + Math.ceil(s.retry_in) + " s." : ".");
-    }}
+    var failed = s.phase === "failed";
+    var verb = s.waking ? "Waking " : "Starting ";
+    var name = document.createElement("b");
+    name.textContent = s.target;
+    document.getElementById("title").replaceChildren(failed ? "" : verb, name,
+      failed ? " failed to start" : "");
+    document.title = failed ? s.target + " failed to start" : verb + s.target + "\u2026";
+    document.getElementById("bar").hidden = failed;
+    document.getElementById("times").hidden = failed;
+    if (s.bar !== null) {{ document.getElementById("fill").style.width = s.bar + "%"; }}
+    document.getElementById("phase").textContent = !failed ?
+      (s.waking ? words.waking : words.starting) :
+      "The workload failed to start: " + s.failure + ". warmgate tries again" +
+      (s.retry_in ? " in " + Math.ceil(s.retry_in) + " s." : ".");
   }}
   function poll() {{
     fetch(url, {{cache: "no-store"}}).then(function (r) {{ return r.json(); }})
@@ -159,34 +209,42 @@ def _stage_line(info: Mapping[str, object]) -> str:
     return f"{text[:1].upper()}{text[1:]}{done}."
 
 
+def _failed_text(info: Mapping[str, object]) -> str:
+    retry = info["retry_in"]
+    when = f" in {math.ceil(retry)} s" if isinstance(retry, float) and retry > 0 else ""
+    return f"The workload failed to start: {info['failure']}. warmgate tries again{when}."
+
+
 def render(runtime: TargetRuntime) -> web.Response:
     info = status(runtime)
     eta = float(info["eta"])  # type: ignore[arg-type]
     elapsed = float(info["elapsed"])  # type: ignore[arg-type]
     waiting_for = str(info["waiting_for"] or "")
     stage_text = _stage_line(info)
-    unknown = info["phase"] == "starting" and info["remaining"] is None
-    progress = info["progress"]
-    if isinstance(progress, float):
-        percent = 100 * progress
-    else:
-        percent = 0.0 if unknown else min(95.0, 100 * elapsed / max(1.0, eta))
+    bar = info["bar"]
+    failed = info["phase"] == "failed"
+    name = html.escape(runtime.name)
+    verb = "Waking" if info["waking"] else "Starting"
+    text = _WAKING if info["waking"] else _STARTING
     body = _PAGE.format(
-        verb="Waking" if info["waking"] else "Starting",
-        text=_WAKING if info["waking"] else _STARTING,
+        title=f"{name} failed to start" if failed else f"{verb} {name}…",
+        headline=f"<b>{name}</b> failed to start" if failed else f"{verb} <b>{name}</b>",
+        text=html.escape(_failed_text(info)) if failed else text,
         waiting_for=html.escape(
             waiting_for[:1].upper() + waiting_for[1:] + "." if waiting_for else ""
         ),
         pool_hidden="" if waiting_for else " hidden",
         stage_text=html.escape(stage_text),
         stage_hidden="" if stage_text else " hidden",
-        expect="no ETA until a GPU is free" if unknown else f"about {eta:.0f} s expected",
-        name=html.escape(runtime.name),
+        bar_hidden=" hidden" if failed else "",
+        times_hidden=" hidden" if failed else "",
+        expect=html.escape(str(info["expect_text"])),
         refresh=3,
-        percent=f"{percent:.1f}",
+        percent=f"{bar if isinstance(bar, float) else 0.0:.1f}",
         elapsed=f"{elapsed:.0f}",
         phase=html.escape(str(info["phase"])),
         status_json=json.dumps(info).replace("<", "\\u003c"),
+        words_json=json.dumps({"starting": _STARTING, "waking": _WAKING}).replace("<", "\\u003c"),
     )
     retry = max(1, math.ceil(min(eta - elapsed, 10.0))) if eta > elapsed else 2
     return web.Response(

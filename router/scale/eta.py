@@ -80,11 +80,23 @@ class ColdStarts:
         free). Per stage where the stages were learned, else from the whole."""
         if stage in UNKNOWN:
             return None
-        if stage is not None and self.stage_predicted(stage) is not None:
-            later = STAGES[STAGES.index(stage) + 1 :]
-            left = max(0.0, (self.stage_predicted(stage) or 0.0) - in_stage)
-            return left + sum(self.stage_predicted(s) or 0.0 for s in later if s not in UNKNOWN)
+        by_stage = self.left_by_stage(stage, in_stage)
+        if by_stage:
+            return sum(seconds for _, seconds in by_stage)
         return max(0.0, self.predicted() - elapsed)
+
+    def left_by_stage(self, stage: Stage | None, in_stage: float) -> list[tuple[Stage, float]]:
+        """What is left of a start ``in_stage`` seconds into ``stage``, stage by stage, in
+        order: the rest of this one, then each later one a start takes time in; empty where
+        the stages were not learned (or no end can be foreseen)."""
+        if stage is None or self.stage_predicted(stage) is None:
+            return []
+        left = [(stage, max(0.0, (self.stage_predicted(stage) or 0.0) - in_stage))]
+        for later in STAGES[STAGES.index(stage) + 1 :]:
+            seconds = self.stage_predicted(later) or 0.0
+            if seconds > 0.0:
+                left.append((later, seconds))
+        return left
 
     def describe(self) -> dict[str, Any]:
         """For ``/targets`` and the dashboard."""
