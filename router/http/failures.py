@@ -9,6 +9,13 @@ from router.errors import UpstreamError, UpstreamTimeout
 from router.http.h1.errors import ConnectFailed, ConnectTimedOut
 from router.http.runtime import Runtime
 
+_CLOSED_WHEN = {
+    "headers": "before its response headers",
+    "body": "in the middle of its response body",
+    "to the websocket upgrade": "before answering the websocket upgrade",
+}
+"""A connection closed in each ``phase``, in words."""
+
 
 def translate(exc: BaseException, runtime: Runtime, phase: str) -> Exception:
     """The error to raise ``from exc``; ``phase``: what did not come ("headers", "body", "to the
@@ -25,4 +32,5 @@ def translate(exc: BaseException, runtime: Runtime, phase: str) -> Exception:
     runtime.metrics.upstream_errors.labels(name, "connect" if connect else "reset").inc()
     if connect:
         return UpstreamError(f"target {name!r} refused the connection", target=name)
-    return UpstreamError(f"target {name!r} closed the connection {phase}", target=name)
+    when = _CLOSED_WHEN.get(phase, f"({phase})")
+    return UpstreamError(f"target {name!r} closed the connection {when}", target=name)
