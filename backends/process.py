@@ -27,6 +27,9 @@ _STDERR_TAIL = 20
 _READ_SIZE = 64 * 1024
 MAX_LINE = 8 * 1024
 """Longest log line of a child's output; a longer one is logged in pieces of this size."""
+PYTHON = ("python", "python3")
+"""The first word of a command (and the first after its ``--``) that means warmgate's own
+interpreter."""
 LISTEN_POLL = 0.1
 """Seconds between two looks at whether a starting child listens on its port yet: the stage
 turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
@@ -119,8 +122,13 @@ class ProcessBackend:
     def _argv_env_cwd(self, port: int) -> tuple[list[str], dict[str, str], str]:
         values = {"port": str(port), "host": self.spec.host}
         argv = [part.format_map(values) for part in self.spec.command]
-        if argv[0] in ("python", "python3"):
+        if argv[0] in PYTHON:
             argv[0] = sys.executable  # the interpreter warmgate runs on, with its environment
+            # A launcher module (``python -m launcher -- python app.py``) runs the command
+            # after ``--`` on the same interpreter, not on whichever ``python`` PATH finds.
+            after = argv.index("--") + 1 if "--" in argv else len(argv)
+            if after < len(argv) and argv[after] in PYTHON:
+                argv[after] = sys.executable
         env = dict(self.environ)
         env.update({k: v.format_map(values) for k, v in self.spec.env.items()})
         env.setdefault("PYTHONUNBUFFERED", "1")
