@@ -202,6 +202,37 @@ async def test_without_eager_load_ready_once_the_app_answers(
     assert "Loading Model" not in run.output()
 
 
+async def test_eager_load_0_after_a_run_with_1_preloads_nothing(
+    launch: Any, tmp_path: Path
+) -> None:
+    share = models(tmp_path, T2V)
+    first = await launch(EAGER_LOAD_MODEL="1", WAN2GP_CHECKPOINTS=share)
+    await first.until(lambda s, b: b["stage"] == "loading")
+    first.release_load()
+    await first.until(lambda s, b: s == 200)
+    first.proc.send_signal(signal.SIGTERM)
+    assert await first.exit_code() == 0
+    (tmp_path / "release-load").unlink()
+
+    second = await launch(EAGER_LOAD_MODEL="0", WAN2GP_CHECKPOINTS=share)
+    body = await second.until(lambda s, b: s == 200)
+    assert body == {"stage": "ready", "progress": 1.0, "loaded": [], "eager": False}
+    assert second.config()["preload_model_policy"] == [], "0 takes out the P the first run put"
+    assert "Loading Model" not in second.output(), "(the log is the second run's alone)"
+    assert all(not b["eager"] for _, b in second.seen)
+
+
+async def test_eager_load_unset_reports_the_preload_the_file_asks_for(
+    launch: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "wgp_config.json").write_text(json.dumps({"preload_model_policy": ["P"]}))
+    run = await launch(WAN2GP_CHECKPOINTS=models(tmp_path, T2V))
+    body = await run.until(lambda s, b: b["stage"] == "loading")
+    assert body["eager"] is True, "wgp.py preloads, as its file says: /readyz says so"
+    run.release_load()
+    assert (await run.until(lambda s, b: s == 200))["eager"] is True
+
+
 async def test_a_failed_preload_is_never_ready_and_exits_with_the_reason(
     launch: Any, tmp_path: Path
 ) -> None:
@@ -286,7 +317,16 @@ def test_settings_and_merge() -> None:
     )
     assert settings == wgpconfig.Settings(True, None, ("/models/wan2gp", "ckpts"))
     assert wgpconfig.merged({}, settings)["preload_model_policy"] == ["P"]
-    off = wgpconfig.settings_from({})
-    assert wgpconfig.merged({"preload_model_policy": ["P"]}, off) == {"preload_model_policy": ["P"]}
+    unset = wgpconfig.settings_from({})
+    assert unset.eager is None
+    assert wgpconfig.merged({"preload_model_policy": ["P"]}, unset) == {
+        "preload_model_policy": ["P"]
+    }
+    off = wgpconfig.settings_from({"EAGER_LOAD_MODEL": "0"})
+    assert wgpconfig.merged({"preload_model_policy": ["P", "S"]}, off) == {
+        "preload_model_policy": ["S"]
+    }
+    assert wgpconfig.preloads({"preload_model_policy": ["S", "P"]})
+    assert not wgpconfig.preloads({})
     with pytest.raises(wgpconfig.SettingsError):
         wgpconfig.settings_from({"EAGER_LOAD_MODEL": "2"})

@@ -61,9 +61,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 class Launcher:
-    def __init__(self, args: argparse.Namespace, settings: wgpconfig.Settings) -> None:
+    def __init__(self, args: argparse.Namespace, eager: bool) -> None:
+        """``eager``: whether wgp.py preloads, as the config written for it says."""
         self.args = args
-        self.state = Readiness(eager=settings.eager)
+        self.state = Readiness(eager=eager)
         self.port = readiness.app_port(args.command, dict(os.environ))
         self.tail: deque[str] = deque(maxlen=20)
         self.proc: asyncio.subprocess.Process | None = None
@@ -221,4 +222,4 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.get('last_model_type', '(wgp.py default)')}, weights from "
         f"{config.get('checkpoints_paths')}"
     )
-    return asyncio.run(Launcher(args, settings).run())
+    return asyncio.run(Launcher(args, wgpconfig.preloads(config)).run())
