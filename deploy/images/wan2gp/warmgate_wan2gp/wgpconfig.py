@@ -54,6 +54,8 @@ class Settings:
     checkpoints: tuple[str, ...]
     """WAN2GP_CHECKPOINTS: folders searched for weights, in order; the first is where missing
     files would be downloaded to."""
+    offline: bool = False
+    """HF_HUB_OFFLINE: huggingface_hub downloads nothing, so a missing file fails the start."""
 
 
 def settings_from(environ: Mapping[str, str]) -> Settings:
@@ -67,6 +69,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         eager=None if "EAGER_LOAD_MODEL" not in environ else flag in _ON,
         model=model,
         checkpoints=tuple(p.strip() for p in paths if p.strip()),
+        offline=environ.get("HF_HUB_OFFLINE", "").strip().lower() in _ON,
     )
 
 
