@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from backends.base import RequestFacts
+from backends.base import RequestFacts, StartFailed, load_progress
 from backends.engines.comfyui import ComfyUIEngine, api_route, history_outcome, prompt_error
-from backends.engines.common import Warmup, WarmupFailed
+from backends.engines.common import Warmup, WarmupFailed, failure_of
 from backends.engines.gradio import GradioEngine, sse_events
 from backends.engines.http import HttpEngine
 from backends.engines.openai_compat import OpenAIEngine
@@ -20,6 +21,7 @@ from backends.registry import make_engine
 from backends.specs import EngineSpec, Readiness
 from router.config import parse_config
 from router.errors import ConfigError
+from tests.helpers import serve_app
 
 
 def facts(method: str, path: str, *, ws: bool = False, nav: bool = False) -> RequestFacts:
@@ -229,3 +231,34 @@ def test_a_gradio_child_behind_a_prefix_gets_its_root_path(tmp_path: Path) -> No
     warm = config({"engine": "gradio", "warmup": {"api_name": "/load", "data": [1, "a"]}}, tmp_path)
     assert warm.targets["t"].warmup.api_name == "load"
     assert warm.targets["t"].warmup.data == (1, "a")
+
+
+# -- a readiness answer that says the start failed ------------------------------------------------
+
+
+def test_a_readiness_body_that_says_failed_carries_the_reason() -> None:
+    said = b'{"stage": "failed", "error": "Exception: Unable to locate file \'a.safetensors\'"}'
+    assert failure_of(said) == "Exception: Unable to locate file 'a.safetensors'"
+    assert failure_of(b'{"stage": "failed"}') == "its readiness answer says failed"
+    for body in (b'{"stage": "loading", "progress": 0.4}', b"oops", b'["failed"]', b""):
+        assert failure_of(body) is None
+
+
+async def test_a_readyz_that_says_failed_fails_the_probe_with_the_engines_reason() -> None:
+    answer: dict[str, Any] = {"stage": "loading", "progress": 0.5}
+
+    async def readyz(request: web.Request) -> web.Response:
+        return web.json_response(answer, status=503)
+
+    app = web.Application()
+    app.router.add_get("/readyz", readyz)
+    engine = make_engine(EngineSpec(kind="gradio", readiness=Readiness(path="/readyz")))
+    async with serve_app(app) as url:
+        assert await engine.probe_ready(url) is False
+        assert load_progress(engine, url) == 0.5, "loading: a probe like any other"
+        answer.update(stage="failed", error="wgp.py exited with code 1 (loading): Exception: x")
+        with pytest.raises(StartFailed) as failed:
+            await engine.probe_ready(url)
+        assert str(failed.value) == "wgp.py exited with code 1 (loading): Exception: x"
+    await engine.close()
+    assert issubclass(WarmupFailed, StartFailed), "a failed warm-up is a failed start too"

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Final
 
 import aiohttp
 
-from backends.base import RequestFacts, StreamActivity
+from backends.base import RequestFacts, StartFailed, StreamActivity
 from backends.engines.parking import Parker
 from backends.specs import EngineSpec, ParkRequests
 
@@ -47,7 +47,21 @@ def progress_of(body: bytes) -> float | None:
     return float(value) if 0.0 <= value <= 1.0 else None
 
 
-class WarmupFailed(RuntimeError):
+def failure_of(body: bytes) -> str | None:
+    """The reason of a readiness answer that says the start failed (``{"stage": "failed",
+    "error": "..."}``, as the images' ``/readyz`` answer when the model cannot load); ``None``
+    for any other body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("stage") != "failed":
+        return None
+    error = data.get("error")
+    return str(error) if error else "its readiness answer says failed"
+
+
+class WarmupFailed(StartFailed):
     """The engine answered, but its warm-up failed (a bad workflow, an error in the app).
 
     Raised from :meth:`EngineBase.probe_ready`: the cold start fails with this message instead of
@@ -168,13 +182,18 @@ class EngineBase:
 
     async def get_ready(self, base_url: str, path: str) -> bool:
         """True for a 200; any other answer whose JSON body carries ``progress`` (0..1, as a
-        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`."""
+        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`; one that says
+        ``"stage": "failed"`` raises :class:`StartFailed` with its ``error``."""
         try:
             async with self.client().get(base_url + path, allow_redirects=False) as response:
                 body = await response.read()
                 ready = response.status == 200
         except PROBE_ERRORS:
             return False
+        failure = None if ready else failure_of(body)
+        if failure is not None:
+            self._progress.pop(base_url, None)
+            raise StartFailed(failure)
         progress = None if ready else progress_of(body)
         if progress is None:
             self._progress.pop(base_url, None)
