@@ -13,7 +13,7 @@ from aiohttp import web
 
 from backends.base import RequestFacts, StartFailed, load_progress
 from backends.engines.comfyui import ComfyUIEngine, api_route, history_outcome, prompt_error
-from backends.engines.common import Warmup, WarmupFailed, failure_of
+from backends.engines.common import Warmup, WarmupFailed, engine_error, failure_of
 from backends.engines.gradio import GradioEngine, sse_events
 from backends.engines.http import HttpEngine
 from backends.engines.openai_compat import OpenAIEngine
@@ -262,3 +262,46 @@ async def test_a_readyz_that_says_failed_fails_the_probe_with_the_engines_reason
         assert str(failed.value) == "wgp.py exited with code 1 (loading): Exception: x"
     await engine.close()
     assert issubclass(WarmupFailed, StartFailed), "a failed warm-up is a failed start too"
+
+
+async def test_readiness_port_probes_another_port_of_the_same_host() -> None:
+    async def readyz(request: web.Request) -> web.Response:
+        return web.json_response({"stage": "ready"})
+
+    app = web.Application()
+    app.router.add_get("/readyz", readyz)
+    async with serve_app(app) as ready:
+        port = int(ready.rsplit(":", 1)[1])
+        spec = EngineSpec(kind="comfyui", readiness=Readiness(path="/readyz", port=port))
+        engine = make_engine(spec)
+        # the engine's own port (9: nothing listens) is where traffic goes, not the probe
+        assert await engine.probe_ready("http://127.0.0.1:9") is True
+        await engine.close()
+
+
+def test_ready_port_is_for_a_process_command_that_passes_it(tmp_path: Path) -> None:
+    readiness = {"path": "/readyz", "port": "{ready_port}"}
+    static = {"backend": {"kind": "static", "url": "http://127.0.0.1:1"}, "readiness": readiness}
+    assert 'readiness.port "{ready_port}" needs a process backend' in problems(static, tmp_path)
+    untold = {"readiness": readiness}  # python -m app: no {ready_port} in it
+    assert "passes {ready_port}" in problems(untold, tmp_path)
+    command = ["python", "-m", "launcher", "--ready-port", "{ready_port}", "--", "app"]
+    told = config(
+        {"readiness": readiness, "backend": {"kind": "process", "command": command}}, tmp_path
+    )
+    assert told.targets["t"].readiness.port == "{ready_port}"
+    assert config({"readiness": {"port": 7861}}, tmp_path).targets["t"].readiness.port == 7861
+    assert "readiness.port" in problems({"readiness": {"port": 70000}}, tmp_path)
+
+
+def test_an_engines_error_keeps_its_meaningful_line() -> None:
+    traceback = "Traceback (most recent call last):\n" + '  File "a.py", line 1\n' * 40
+    traceback += "gradio.route_utils.FnIndexInferError: Could not infer function index\n"
+    assert engine_error(traceback) == (
+        "gradio.route_utils.FnIndexInferError: Could not infer function index"
+    )
+    assert engine_error('{"detail": "Not Found"}') == "Not Found"
+    assert engine_error('"Out of memory"') == "Out of memory"
+    assert engine_error("plain words\nthe last ones") == "the last ones"
+    assert engine_error("") == "(no body)"
+    assert len(engine_error("x" * 1000)) == 300
