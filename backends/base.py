@@ -150,11 +150,30 @@ while a job it carries is unfinished: from the first message naming its event id
 said to be ``jobs`` counts by its frames."""
 
 
+@runtime_checkable
+class ChoosesReadyPort(Protocol):
+    """What a :class:`Backend` that picks a port for its workload's readiness listener offers
+    (``process``, with ``{ready_port}`` in its command): where readiness is probed."""
+
+    def readiness_url(self, base_url: str) -> str | None:
+        """The base URL of the readiness listener of the workload serving at ``base_url``;
+        ``None`` when it has none (or ``base_url`` is not its own)."""
+        ...
+
+
+class StartFailed(Exception):
+    """The engine says its start failed and will not succeed as it is: its readiness answer says
+    ``{"stage": "failed", "error": ...}`` (a launcher whose model could not load), or its
+    warm-up failed. Raised from :meth:`Engine.probe_ready`; ``str()`` is the reason in the
+    engine's own words, for the waiting page and the held requests."""
+
+
 class Engine(Protocol):
     """The protocol a target's workload speaks."""
 
     async def probe_ready(self, base_url: str) -> bool:
-        """True once the engine reports itself able to serve (model resident)."""
+        """True once the engine reports itself able to serve (model resident); raises
+        :class:`StartFailed` when it says it never will."""
         ...
 
     async def busy(self, base_url: str) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 
 from backends.base import Observation, ObservationListener
+from backends.specs import READY_PORT
 from backends.specs import ProcessBackend as ProcessSpec
 
 log = logging.getLogger("warmgate.process")
@@ -27,6 +28,9 @@ _STDERR_TAIL = 20
 _READ_SIZE = 64 * 1024
 MAX_LINE = 8 * 1024
 """Longest log line of a child's output; a longer one is logged in pieces of this size."""
+PYTHON = ("python", "python3")
+"""The first word of a command (and the first after its ``--``) that means warmgate's own
+interpreter."""
 LISTEN_POLL = 0.1
 """Seconds between two looks at whether a starting child listens on its port yet: the stage
 turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
@@ -91,6 +95,8 @@ class ProcessBackend:
         self._logged_exit: asyncio.subprocess.Process | None = None
         self._stopping = False
         self._observation = Observation()
+        self._ready_urls: dict[str, str] = {}
+        """The current child's endpoint -> its readiness listener (``{ready_port}``)."""
         self._listener: ObservationListener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL)
@@ -116,11 +122,31 @@ class ProcessBackend:
         self._listener = listener
         listener(self._observation)
 
-    def _argv_env_cwd(self, port: int) -> tuple[list[str], dict[str, str], str]:
-        values = {"port": str(port), "host": self.spec.host}
+    def readiness_url(self, base_url: str) -> str | None:
+        """:class:`backends.base.ChoosesReadyPort`: where the child's ``{ready_port}`` is."""
+        return self._ready_urls.get(base_url)
+
+    def _url(self, port: int) -> str:
+        host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
+        return f"http://{host}:{port}"
+
+    def _ready_port(self) -> int | None:
+        """A free port when the command or env asks for ``{ready_port}``, at each start."""
+        asked = [*self.spec.command, *self.spec.env.values()]
+        return free_port(self.spec.host) if any(READY_PORT in part for part in asked) else None
+
+    def _argv_env_cwd(
+        self, port: int, ready_port: int | None = None
+    ) -> tuple[list[str], dict[str, str], str]:
+        values = {"port": str(port), "host": self.spec.host, "ready_port": str(ready_port)}
         argv = [part.format_map(values) for part in self.spec.command]
-        if argv[0] in ("python", "python3"):
+        if argv[0] in PYTHON:
             argv[0] = sys.executable  # the interpreter warmgate runs on, with its environment
+            # A launcher module (``python -m launcher -- python app.py``) runs the command
+            # after ``--`` on the same interpreter, not on whichever ``python`` PATH finds.
+            after = argv.index("--") + 1 if "--" in argv else len(argv)
+            if after < len(argv) and argv[after] in PYTHON:
+                argv[after] = sys.executable
         env = dict(self.environ)
         env.update({k: v.format_map(values) for k, v in self.spec.env.items()})
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -132,7 +158,8 @@ class ProcessBackend:
             if self._proc is not None and self._proc.returncode is None:
                 return
             port = self.spec.port or free_port(self.spec.host)
-            argv, env, cwd = self._argv_env_cwd(port)
+            ready_port = self._ready_port()
+            argv, env, cwd = self._argv_env_cwd(port, ready_port)
             self.stderr_tail.clear()
             self._stopping = False
             try:
@@ -153,8 +180,8 @@ class ProcessBackend:
                 return
             self._proc = proc
             log.info("[%s] started pid %d: %s", self.target, proc.pid, " ".join(argv))
-            host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
-            url = f"http://{host}:{port}"
+            url = self._url(port)
+            self._ready_urls = {url: self._url(ready_port)} if ready_port is not None else {}
             self._set(Observation(running=True, endpoints=(url,), stage="starting"))
             assert proc.stdout is not None and proc.stderr is not None
             self._spawn(self._pipe(proc.stdout, "out"))

@@ -8,9 +8,13 @@ the environment, in ``router/config/env.py``); no backend reads it itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from backends.base import Backend, Cloud, Engine, Membership
 from backends.specs import BackendSpec, EngineSpec, ReplicasSpec
+
+if TYPE_CHECKING:
+    from backends.engines.common import EngineBase
 
 
 def make_backend(
@@ -60,7 +64,17 @@ def make_membership(
     )
 
 
-def make_engine(spec: EngineSpec) -> Engine:
+def make_engine(spec: EngineSpec, backend: Backend | None = None) -> Engine:
+    """``backend``: the target's, asked where readiness is probed with ``readiness.port:
+    "{ready_port}"``."""
+    from backends.engines.common import readiness_at
+
+    engine = _engine(spec)
+    engine.ready_at = readiness_at(spec.readiness, backend)
+    return engine
+
+
+def _engine(spec: EngineSpec) -> EngineBase:
     if spec.kind == "http":
         from backends.engines.http import HttpEngine
 

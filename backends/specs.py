@@ -49,7 +49,9 @@ class ProcessBackend(Frozen):
 
     kind: Literal["process"]
     command: tuple[str, ...]
-    """argv; ``{port}`` and ``{host}`` are replaced at each start."""
+    """argv; ``{port}``, ``{host}`` and ``{ready_port}`` (another free port, for a launcher's
+    readiness listener: ``readiness.port: "{ready_port}"`` probes it) are replaced at each
+    start, here and in ``env``."""
     host: str = "127.0.0.1"
     """Address the child listens on; loopback because only warmgate talks to it."""
     port: int = Field(default=0, ge=0, le=65535)
@@ -138,9 +140,19 @@ Backend = Annotated[BackendSpec, Field(discriminator="kind")]
 BACKEND_KINDS = ("static", "process", "kubernetes")
 
 
+READY_PORT = "{ready_port}"
+"""In a ``process`` command or env: a free port picked at each start, for a launcher's own
+readiness listener; as ``readiness.port``: probe there."""
+
+
 class Readiness(Frozen):
     path: str = "/readyz"
     """Probed with GET until it answers 200: the engine reports its weights resident."""
+    port: Annotated[int, Field(ge=1, le=65535)] | Literal["{ready_port}"] | None = None
+    """Where ``path`` is probed, when not on the port traffic goes to: a number (a Deployment's
+    readiness port), or ``{ready_port}``: the port a ``process`` target's command was given as
+    ``{ready_port}`` (a launcher that serves ``/readyz`` on a port of its own, as the Wan2GP
+    image's). Omitted: the engine's own port."""
     interval: Duration = 0.2
     """Between probes while starting; 200 ms keeps the wake-up latency low at negligible cost."""
     timeout: Duration = 2.0

@@ -85,7 +85,7 @@ def build_apps(config: Config) -> Apps:
         backend = make_backend(
             name, target.backend, config.base_dir, environ=children, kube_environ=env.kube
         )
-        engine = make_engine(target.engine_spec(config.base_dir))
+        engine = make_engine(target.engine_spec(config.base_dir), backend)
         runtime = runtimes[name] = TargetRuntime(
             name,
             target,

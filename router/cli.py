@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from backends.base import BackendError
@@ -16,6 +17,8 @@ from router.simulate.command import add_command as add_simulate_command
 from router.status import add_command as add_status_command
 
 DEFAULT_CONFIG = "deploy/local/warmgate.yaml"
+CLOSED_PIPE = 128 + 13
+"""Exit status when the reader of our output went away (``| head -1``): a shell's SIGPIPE."""
 
 
 def _print_table(config: Config) -> None:
@@ -103,7 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return int(args.func(args, environment))
+        code = int(args.func(args, environment))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # Nothing else may reach the closed pipe, not even the interpreter's last flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
     except ConfigError as exc:
         print(f"warmgate: invalid config\n{exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,25 @@ def test_check_command_fails_with_status_2(
 ) -> None:
     assert main(["check", "--config", str(write(tmp_path, "targets: {}"))]) == 2
     assert "targets: at least one target" in capsys.readouterr().err
+
+
+def test_output_to_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
+    """``warmgate check --config F | head -1``: the reader is gone before the output is."""
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as head does after its first line, here before the first write
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "router", "check", "--config", str(write(tmp_path, GOOD))],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    stderr = done.stderr.decode()
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert done.returncode == 141, "as a command killed by SIGPIPE, what a shell expects"

@@ -116,3 +116,16 @@ async def test_a_long_job_keeps_the_target_and_a_heartbeat_alone_does_not(tmp_pa
         assert frames > 4 and time.monotonic() - opened > 1.0
         assert ended_in in (Phase.DRAINING, Phase.COLD)  # closed by the release, not before
         await wait_until(lambda: phase(wg) is Phase.COLD, timeout=10)
+
+
+async def test_a_warmup_naming_no_endpoint_fails_with_gradios_own_words(tmp_path: Path) -> None:
+    """Gradio answers a traceback; the reason is its last line, the exception."""
+    config = gradio_config(tmp_path, warmup={"api_name": "/load_model", "data": []})
+    config["targets"]["wan"]["scaling"]["failure_backoff"] = "10m"
+    async with warmgate(config, str(tmp_path)) as wg, aiohttp.ClientSession() as session:
+        async with session.get(wg.url + PREFIX + "/config") as resp:
+            assert resp.status == 503
+        await wait_until(lambda: phase(wg) is Phase.FAILED, timeout=60)
+        reason = wg.runtime("wan").state.reason
+    assert "FnIndexInferError: Could not infer function index for API name: load_model" in reason
+    assert "Traceback" not in reason and "File " not in reason, reason

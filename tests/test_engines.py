@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from backends.base import RequestFacts, websocket_again
+from backends.base import RequestFacts, StartFailed, load_progress, websocket_again
 from backends.engines.comfyui import ComfyUIEngine, api_route, history_outcome, prompt_error
-from backends.engines.common import Warmup, WarmupFailed
+from backends.engines.common import Warmup, WarmupFailed, engine_error, failure_of
 from backends.engines.gradio import GradioEngine, sse_events
 from backends.engines.http import HttpEngine
 from backends.engines.openai_compat import OpenAIEngine
@@ -20,6 +21,7 @@ from backends.registry import make_engine
 from backends.specs import EngineSpec, Readiness
 from router.config import parse_config
 from router.errors import ConfigError
+from tests.helpers import serve_app
 
 
 def facts(method: str, path: str, *, ws: bool = False, nav: bool = False) -> RequestFacts:
@@ -241,3 +243,77 @@ def test_a_comfyui_socket_connects_again_under_the_client_id_it_was_given() -> N
     assert websocket_again(COMFY, "/ws", None) == "/ws"
     http = HttpEngine(EngineSpec(kind="http"))
     assert websocket_again(http, "/ws", status) == "/ws"  # names no clients
+
+
+# -- a readiness answer that says the start failed ------------------------------------------------
+
+
+def test_a_readiness_body_that_says_failed_carries_the_reason() -> None:
+    said = b'{"stage": "failed", "error": "Exception: Unable to locate file \'a.safetensors\'"}'
+    assert failure_of(said) == "Exception: Unable to locate file 'a.safetensors'"
+    assert failure_of(b'{"stage": "failed"}') == "its readiness answer says failed"
+    for body in (b'{"stage": "loading", "progress": 0.4}', b"oops", b'["failed"]', b""):
+        assert failure_of(body) is None
+
+
+async def test_a_readyz_that_says_failed_fails_the_probe_with_the_engines_reason() -> None:
+    answer: dict[str, Any] = {"stage": "loading", "progress": 0.5}
+
+    async def readyz(request: web.Request) -> web.Response:
+        return web.json_response(answer, status=503)
+
+    app = web.Application()
+    app.router.add_get("/readyz", readyz)
+    engine = make_engine(EngineSpec(kind="gradio", readiness=Readiness(path="/readyz")))
+    async with serve_app(app) as url:
+        assert await engine.probe_ready(url) is False
+        assert load_progress(engine, url) == 0.5, "loading: a probe like any other"
+        answer.update(stage="failed", error="wgp.py exited with code 1 (loading): Exception: x")
+        with pytest.raises(StartFailed) as failed:
+            await engine.probe_ready(url)
+        assert str(failed.value) == "wgp.py exited with code 1 (loading): Exception: x"
+    await engine.close()
+    assert issubclass(WarmupFailed, StartFailed), "a failed warm-up is a failed start too"
+
+
+async def test_readiness_port_probes_another_port_of_the_same_host() -> None:
+    async def readyz(request: web.Request) -> web.Response:
+        return web.json_response({"stage": "ready"})
+
+    app = web.Application()
+    app.router.add_get("/readyz", readyz)
+    async with serve_app(app) as ready:
+        port = int(ready.rsplit(":", 1)[1])
+        spec = EngineSpec(kind="comfyui", readiness=Readiness(path="/readyz", port=port))
+        engine = make_engine(spec)
+        # the engine's own port (9: nothing listens) is where traffic goes, not the probe
+        assert await engine.probe_ready("http://127.0.0.1:9") is True
+        await engine.close()
+
+
+def test_ready_port_is_for_a_process_command_that_passes_it(tmp_path: Path) -> None:
+    readiness = {"path": "/readyz", "port": "{ready_port}"}
+    static = {"backend": {"kind": "static", "url": "http://127.0.0.1:1"}, "readiness": readiness}
+    assert 'readiness.port "{ready_port}" needs a process backend' in problems(static, tmp_path)
+    untold = {"readiness": readiness}  # python -m app: no {ready_port} in it
+    assert "passes {ready_port}" in problems(untold, tmp_path)
+    command = ["python", "-m", "launcher", "--ready-port", "{ready_port}", "--", "app"]
+    told = config(
+        {"readiness": readiness, "backend": {"kind": "process", "command": command}}, tmp_path
+    )
+    assert told.targets["t"].readiness.port == "{ready_port}"
+    assert config({"readiness": {"port": 7861}}, tmp_path).targets["t"].readiness.port == 7861
+    assert "readiness.port" in problems({"readiness": {"port": 70000}}, tmp_path)
+
+
+def test_an_engines_error_keeps_its_meaningful_line() -> None:
+    traceback = "Traceback (most recent call last):\n" + '  File "a.py", line 1\n' * 40
+    traceback += "gradio.route_utils.FnIndexInferError: Could not infer function index\n"
+    assert engine_error(traceback) == (
+        "gradio.route_utils.FnIndexInferError: Could not infer function index"
+    )
+    assert engine_error('{"detail": "Not Found"}') == "Not Found"
+    assert engine_error('"Out of memory"') == "Out of memory"
+    assert engine_error("plain words\nthe last ones") == "the last ones"
+    assert engine_error("") == "(no body)"
+    assert len(engine_error("x" * 1000)) == 300

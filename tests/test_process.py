@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,37 @@ async def test_a_child_that_exits_by_itself_is_logged_once(
     ]
     assert len(exits) == 1, exits
     assert pid is not None
+
+
+# A launcher in the form of the Wan2GP image's (``python -m launcher -- python app.py ...``): it
+# says which program it runs after ``--``, then becomes it.
+LAUNCHER_THEN_PYTHON = [
+    "python",
+    "-c",
+    "import os, sys\n"
+    "argv = sys.argv[sys.argv.index('--') + 1 :]\n"
+    "print('launching', argv[0], flush=True)\n"
+    "os.execvp(argv[0], argv)\n",
+    "--",
+    "python",
+    "-m",
+    "tests.sleepy_engine",
+    "--port",
+    "{port}",
+    "--load",
+    "0.1",
+]
+
+
+async def test_python_after_a_launchers_double_dash_is_warmgates_interpreter_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="warmgate.process")
+    async with (
+        warmgate(process_config(LAUNCHER_THEN_PYTHON)) as wg,
+        aiohttp.ClientSession() as client,
+        client.get(f"{wg.url}/item/1") as resp,
+    ):
+        assert resp.status == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "warmgate.process"]
+    assert f"[t] launching {sys.executable}" in lines, lines

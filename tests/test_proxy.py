@@ -209,6 +209,11 @@ async def test_upstream_errors(stack, path: str, status: int, code: str) -> None
         assert resp.status == status
         body = await resp.json()
     assert body["error"]["code"] == code and body["error"]["target"] == "t"
+    says = {
+        "/reset": "target 't' closed the connection before sending its response headers",
+        "/slow?s=5": "target 't' sent no response headers in time",
+    }
+    assert body["error"]["message"] == says[path]
 
 
 async def test_browsers_get_html_errors(stack) -> None:  # type: ignore[no-untyped-def]

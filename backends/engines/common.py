@@ -12,14 +12,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, Final
 
 import aiohttp
+from yarl import URL
 
-from backends.base import RequestFacts, StreamActivity
+from backends.base import ChoosesReadyPort, RequestFacts, StartFailed, StreamActivity
 from backends.engines.parking import Parker
-from backends.specs import EngineSpec, ParkRequests
+from backends.specs import EngineSpec, ParkRequests, Readiness
 
 log = logging.getLogger("warmgate.engine")
 
@@ -47,7 +49,56 @@ def progress_of(body: bytes) -> float | None:
     return float(value) if 0.0 <= value <= 1.0 else None
 
 
-class WarmupFailed(RuntimeError):
+def readiness_at(readiness: Readiness, backend: object = None) -> Callable[[str], str]:
+    """Where the readiness of the workload at a base URL is probed: ``readiness.port`` on the
+    same host; ``{ready_port}``: where ``backend`` says (:class:`ChoosesReadyPort`)."""
+    port = readiness.port
+    if isinstance(port, int):
+        return lambda base_url: str(URL(base_url).with_port(port))
+    if port is not None and isinstance(backend, ChoosesReadyPort):
+        return lambda base_url: backend.readiness_url(base_url) or base_url
+    return lambda base_url: base_url
+
+
+ERROR_CHARS: Final = 300
+"""Most characters of an engine's error kept in a reason (the waiting page, held answers)."""
+
+_RAISED: Final = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception)\b:?")
+
+
+def engine_error(text: str) -> str:
+    """The meaningful line of an engine's error body: a JSON ``detail``/``error``/``message``
+    (or a JSON string), else the exception a traceback ends with (its last line, not its top),
+    else the last line; cut to :data:`ERROR_CHARS`."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        data = next((data[k] for k in ("detail", "error", "message") if data.get(k)), None)
+    if isinstance(data, str) and data.strip():
+        text = data
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)]
+    line = (raised or lines or ["(no body)"])[-1]
+    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
+
+
+def failure_of(body: bytes) -> str | None:
+    """The reason of a readiness answer that says the start failed (``{"stage": "failed",
+    "error": "..."}``, as the images' ``/readyz`` answer when the model cannot load); ``None``
+    for any other body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("stage") != "failed":
+        return None
+    error = data.get("error")
+    return str(error) if error else "its readiness answer says failed"
+
+
+class WarmupFailed(StartFailed):
     """The engine answered, but its warm-up failed (a bad workflow, an error in the app).
 
     Raised from :meth:`EngineBase.probe_ready`: the cold start fails with this message instead of
@@ -113,6 +164,9 @@ class EngineBase:
         self.wake_on = spec.wake_on
         explicit = "path" in spec.readiness.model_fields_set
         self.ready_path = spec.readiness.path if explicit else self.default_ready_path
+        self.ready_at = readiness_at(spec.readiness)
+        """The base URL readiness is probed at, from the workload's (``readiness.port``);
+        replaced by :func:`backends.registry.make_engine` where the backend picks the port."""
         self.warmup: Warmup | None = None
         """Set by an engine with a configured warm-up."""
         self._session: aiohttp.ClientSession | None = None
@@ -168,13 +222,19 @@ class EngineBase:
 
     async def get_ready(self, base_url: str, path: str) -> bool:
         """True for a 200; any other answer whose JSON body carries ``progress`` (0..1, as a
-        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`."""
+        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`; one that says
+        ``"stage": "failed"`` raises :class:`StartFailed` with its ``error``."""
+        url = self.ready_at(base_url) + path
         try:
-            async with self.client().get(base_url + path, allow_redirects=False) as response:
+            async with self.client().get(url, allow_redirects=False) as response:
                 body = await response.read()
                 ready = response.status == 200
         except PROBE_ERRORS:
             return False
+        failure = None if ready else failure_of(body)
+        if failure is not None:
+            self._progress.pop(base_url, None)
+            raise StartFailed(failure)
         progress = None if ready else progress_of(body)
         if progress is None:
             self._progress.pop(base_url, None)

@@ -35,6 +35,7 @@ from backends.engines.common import (
     EngineBase,
     Warmup,
     WarmupFailed,
+    engine_error,
 )
 from backends.specs import EngineSpec, GradioWarmup
 
@@ -85,7 +86,7 @@ class GradioEngine(EngineBase):
             self.warmup = Warmup("gradio", self._warm_up)
 
     async def probe_ready(self, base_url: str) -> bool:
-        if self.ready_path != self.default_ready_path:
+        if self.ready_path != self.default_ready_path or self.readiness.port is not None:
             return await super().probe_ready(base_url)
         config = await self.get_json(base_url, self.ready_path)
         if not isinstance(config, dict):
@@ -101,11 +102,12 @@ class GradioEngine(EngineBase):
         async with self.client().post(url, json={"data": self.call.data}, timeout=timeout) as r:
             text = await r.text()
             if r.status != 200:
-                raise WarmupFailed(f"POST {url} answered {r.status}: {text[:300]}")
+                said = engine_error(text)
+                raise WarmupFailed(f"{self.call.api_name} answered {r.status}: {said}")
             try:
                 event_id = str(json.loads(text)["event_id"])
             except (ValueError, KeyError, TypeError) as exc:
-                raise WarmupFailed(f"POST {url} answered {text[:300]!r}") from exc
+                raise WarmupFailed(f"{self.call.api_name} answered {engine_error(text)!r}") from exc
         # The job's own stream: no total timeout (cold_start_timeout bounds the whole start).
         stream = aiohttp.ClientTimeout(total=None, sock_connect=self.readiness.timeout)
         async with self.client().get(f"{url}/{event_id}", timeout=stream) as r:
@@ -118,7 +120,8 @@ class GradioEngine(EngineBase):
                     if event == "complete":
                         return
                     if event == "error":
-                        raise WarmupFailed(f"{self.call.api_name}: {data or 'error'}")
+                        said = engine_error(data) if data and data != "null" else "error"
+                        raise WarmupFailed(f"{self.call.api_name}: {said}")
         raise aiohttp.ServerDisconnectedError("the warm-up stream ended without a result")
 
     async def busy(self, base_url: str) -> bool:

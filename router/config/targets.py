@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from backends.specs import (
+    READY_PORT,
     Backend,
     EngineKind,
     EngineOptions,
@@ -16,6 +17,7 @@ from backends.specs import (
     Frozen,
     GradioWarmup,
     Park,
+    ProcessBackend,
     Readiness,
 )
 from backends.units import Duration, Size, parse_duration
@@ -290,6 +292,24 @@ class Target(Frozen):
             return data
         root = {"GRADIO_ROOT_PATH": prefixes.pop()}
         return {**data, "backend": {**backend, "env": {**env, **root}}}
+
+    @model_validator(mode="after")
+    def _ready_port_is_given(self) -> Target:
+        """``readiness.port: "{ready_port}"`` probes a port that only a ``process`` target's
+        command (or env) can be told."""
+        if self.readiness.port != READY_PORT:
+            return self
+        backend = self.backend
+        told = isinstance(backend, ProcessBackend) and any(
+            READY_PORT in part for part in (*backend.command, *backend.env.values())
+        )
+        if not told:
+            raise ValueError(
+                'readiness.port "{ready_port}" needs a process backend whose command (or env) '
+                "passes {ready_port} to the engine's readiness listener; for another backend "
+                "give the port's number"
+            )
+        return self
 
     @field_validator("warmup_workflow")
     @classmethod

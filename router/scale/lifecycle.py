@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 
-from backends.base import Observation, load_progress, parking
+from backends.base import Observation, StartFailed, load_progress, parking
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
 from router.scale.fencing import Fencing
@@ -213,7 +213,10 @@ class Lifecycle:
             if not self.keda:  # KEDA adds the replica: the held request made the scaler say active
                 await rt.backend.scale_up()
         elif step.act is Act.PROBE:
-            await self._probe()
+            try:
+                await self._probe()
+            except StartFailed as exc:  # the engine says why: no retry until the backoff
+                await self._start_failed(str(exc))
         elif step.act is Act.FAIL:
             self.release.fail(step.reason)
             await self.release.reap()
@@ -284,6 +287,15 @@ class Lifecycle:
         await self.release.run(step.reason, needed)
         if step.act is Act.YIELD and rt.pool is not None and rt.state.phase is not Phase.READY:
             rt.metrics.pool_displacements.labels(rt.pool.name, rt.name, "stop").inc()
+
+    async def _start_failed(self, reason: str) -> None:
+        """The engine's readiness answer says its start (or wake) failed and will not succeed
+        as it is: failed at once with its reason, rather than at ``cold_start_timeout``."""
+        if self.rt.state.phase is Phase.PARKED:
+            await self.release.stop_instead(f"the wake failed ({reason})")
+            return
+        self.release.fail(reason)
+        await self.release.reap()
 
     def _starting(self, event: Event, reason: str, **changes: object) -> None:
         """To ``starting`` (a start, one adopted, a pod to wait for), probed from now on."""

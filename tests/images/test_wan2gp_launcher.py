@@ -93,8 +93,9 @@ class Run:
 async def launch(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     runs: list[Run] = []
 
-    async def start(**env: str) -> Run:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("EAGER_", "WAN2GP_"))}
+    async def start(*options: str, **env: str) -> Run:
+        own = ("EAGER_", "WAN2GP_", "HF_")
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(own)}
         environ.update(env, PYTHONPATH=str(LAUNCHER), PYTHONUNBUFFERED="1")
         ready_port, app_port = free_port(), free_port()
         log = tmp_path / "launcher.log"
@@ -102,7 +103,7 @@ async def launch(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
             proc = await asyncio.create_subprocess_exec(
                 *(sys.executable, "-m", "warmgate_wan2gp"),
                 *("--ready-host", "127.0.0.1", "--ready-port", str(ready_port)),
-                *("--probe-interval", "0.02", "--stop-grace", "5"),
+                *("--probe-interval", "0.02", "--stop-grace", "5", *options),
                 *("--", sys.executable, str(WGP), "--listen", "--server-port", str(app_port)),
                 cwd=tmp_path,
                 env=environ,
@@ -202,18 +203,86 @@ async def test_without_eager_load_ready_once_the_app_answers(
     assert "Loading Model" not in run.output()
 
 
-async def test_a_failed_preload_is_never_ready_and_exits_with_the_reason(
+async def test_eager_load_0_after_a_run_with_1_preloads_nothing(
+    launch: Any, tmp_path: Path
+) -> None:
+    share = models(tmp_path, T2V)
+    first = await launch(EAGER_LOAD_MODEL="1", WAN2GP_CHECKPOINTS=share)
+    await first.until(lambda s, b: b["stage"] == "loading")
+    first.release_load()
+    await first.until(lambda s, b: s == 200)
+    first.proc.send_signal(signal.SIGTERM)
+    assert await first.exit_code() == 0
+    (tmp_path / "release-load").unlink()
+
+    second = await launch(EAGER_LOAD_MODEL="0", WAN2GP_CHECKPOINTS=share)
+    body = await second.until(lambda s, b: s == 200)
+    assert body == {"stage": "ready", "progress": 1.0, "loaded": [], "eager": False}
+    assert second.config()["preload_model_policy"] == [], "0 takes out the P the first run put"
+    assert "Loading Model" not in second.output(), "(the log is the second run's alone)"
+    assert all(not b["eager"] for _, b in second.seen)
+
+
+async def test_eager_load_unset_reports_the_preload_the_file_asks_for(
+    launch: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "wgp_config.json").write_text(json.dumps({"preload_model_policy": ["P"]}))
+    run = await launch(WAN2GP_CHECKPOINTS=models(tmp_path, T2V))
+    body = await run.until(lambda s, b: b["stage"] == "loading")
+    assert body["eager"] is True, "wgp.py preloads, as its file says: /readyz says so"
+    run.release_load()
+    assert (await run.until(lambda s, b: s == 200))["eager"] is True
+
+
+async def test_a_failed_preload_says_failed_with_the_missing_file_until_sigterm(
     launch: Any, tmp_path: Path
 ) -> None:
     empty = models(tmp_path)  # the share lacks the model's weights
     run = await launch(EAGER_LOAD_MODEL="1", WAN2GP_MODEL="t2v", WAN2GP_CHECKPOINTS=empty)
     await run.until(lambda s, b: b["stage"] == "loading")
     run.release_load()
-    assert await run.exit_code() == 1
-    assert run.seen and all(status == 503 for status, _ in run.seen)
+    body = await run.until(lambda s, b: b["stage"] == "failed")
+    assert run.seen[-1][0] == 503
+    assert body["error"].startswith(
+        f"wgp.py exited with code 1 (loading): Exception: Unable to locate file '{T2V}'"
+    ), body
+    assert await run.readyz() == (503, body), "still said, the listener kept open"
+    assert run.proc.returncode is None
+    assert all(status == 503 for status, _ in run.seen)
+
+    run.proc.send_signal(signal.SIGTERM)
+    assert await run.exit_code() == 1, "the start failed: wgp.py's code, also when stopped"
     output = run.output()
     assert "warmgate-wan2gp: wgp.py exited with code 1 (loading); its last lines:" in output
     assert f"warmgate-wan2gp:   Exception: Unable to locate file '{T2V}'" in output
+
+
+async def test_a_failure_is_said_for_failed_linger_then_the_launcher_exits(
+    launch: Any, tmp_path: Path
+) -> None:
+    run = await launch(
+        "--failed-linger", "0.5", EAGER_LOAD_MODEL="1", WAN2GP_CHECKPOINTS=models(tmp_path)
+    )
+    await run.until(lambda s, b: b["stage"] == "loading")
+    run.release_load()
+    await run.until(lambda s, b: b["stage"] == "failed")
+    assert await run.exit_code() == 1
+
+
+async def test_a_download_refused_offline_is_said_in_its_own_words(
+    launch: Any, tmp_path: Path
+) -> None:
+    run = await launch(
+        EAGER_LOAD_MODEL="1",
+        WAN2GP_CHECKPOINTS=models(tmp_path),
+        HF_HUB_OFFLINE="1",
+        STANDIN_DOWNLOAD="1",
+    )
+    body = await run.until(lambda s, b: b["stage"] == "failed")
+    error = body["error"]
+    assert "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find the requested" in error
+    assert f"a weight file is in none of {[str(tmp_path / 'models/wan2gp')]}" in error
+    assert "HF_HUB_OFFLINE" in error and "Traceback" not in error
 
 
 async def test_an_existing_config_keeps_its_settings(launch: Any, tmp_path: Path) -> None:
@@ -255,6 +324,22 @@ def test_loading_lines_as_wan2gp_prints_them() -> None:
     assert readiness.exited(readiness.stopping(ready), 0).stage == "stopping"
 
 
+def test_the_line_that_says_why_wgp_failed() -> None:
+    traceback = [
+        "stand-in wgp.py: model t2v",
+        "Traceback (most recent call last):",
+        '  File "wgp.py", line 9, in <module>',
+        "    raise Exception(f'Unable to locate file {name}')",
+        "Exception: Unable to locate file 'a.safetensors', tried ['/m/a.safetensors']",
+        "[W1202 rank0] a warning printed at exit",
+    ]
+    assert readiness.failure_line(traceback) == traceback[4]
+    assert readiness.failure_line(["  oops", "last words", ""]) == "last words"
+    assert readiness.failure_line([]) is None
+    state = readiness.exited(readiness.Readiness(eager=True), 1, traceback[4])
+    assert state.error == f"wgp.py exited with code 1 (starting): {traceback[4]}"
+
+
 def test_output_lines_split_on_newlines_and_progress_redraws() -> None:
     lines = readiness.Lines(limit=8)
     assert lines.feed(b"one\ntw") == ["one"]
@@ -286,7 +371,16 @@ def test_settings_and_merge() -> None:
     )
     assert settings == wgpconfig.Settings(True, None, ("/models/wan2gp", "ckpts"))
     assert wgpconfig.merged({}, settings)["preload_model_policy"] == ["P"]
-    off = wgpconfig.settings_from({})
-    assert wgpconfig.merged({"preload_model_policy": ["P"]}, off) == {"preload_model_policy": ["P"]}
+    unset = wgpconfig.settings_from({})
+    assert unset.eager is None
+    assert wgpconfig.merged({"preload_model_policy": ["P"]}, unset) == {
+        "preload_model_policy": ["P"]
+    }
+    off = wgpconfig.settings_from({"EAGER_LOAD_MODEL": "0"})
+    assert wgpconfig.merged({"preload_model_policy": ["P", "S"]}, off) == {
+        "preload_model_policy": ["S"]
+    }
+    assert wgpconfig.preloads({"preload_model_policy": ["S", "P"]})
+    assert not wgpconfig.preloads({})
     with pytest.raises(wgpconfig.SettingsError):
         wgpconfig.settings_from({"EAGER_LOAD_MODEL": "2"})

@@ -5,7 +5,8 @@ there is none), opens with ``last_model_type`` (else "t2v"), and when ``preload_
 holds "P" loads that model at module level, printing ``Loading Model '<file>' ...`` first and
 raising ``Unable to locate file`` when a file is in none of ``checkpoints_paths``; only then does it
 open its web server on ``--server-port`` (``--listen``: all addresses), answering Gradio's
-``/config``. SIGINT closes it, as Gradio's launch loop does.
+``/config``. SIGINT closes it, as Gradio's launch loop does. With ``STANDIN_DOWNLOAD`` and
+``HF_HUB_OFFLINE`` set it fails as Wan2GP's download of a missing file does offline.
 
 The test holds the load until it creates ``release-load`` in the working directory, and finds
 the process id in ``wgp.pid``.
@@ -70,6 +71,20 @@ def load_models(model_type: str) -> None:
     print("\r 50%|#####     | 1/2\r100%|##########| 2/2", flush=True)
 
 
+def download(name: str) -> None:
+    """Wan2GP fetches a missing file with hf_hub_download, which offline raises this (and prints
+    no name)."""
+    print("Traceback (most recent call last):", file=sys.stderr, flush=True)
+    print('  File "huggingface_hub/file_download.py", line 1484', file=sys.stderr, flush=True)
+    raise SystemExit(
+        "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find the requested files in the "
+        "disk cache and outgoing traffic has been disabled. To enable hf.co look-ups and "
+        "downloads online, set 'local_files_only' to False."
+    )
+
+
+if os.environ.get("STANDIN_DOWNLOAD") and os.environ.get("HF_HUB_OFFLINE"):
+    download(MODEL_FILES[transformer_type][0])
 if "P" in server_config.get("preload_model_policy", []):
     load_models(transformer_type)
 

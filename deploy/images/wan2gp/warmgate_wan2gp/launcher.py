@@ -9,8 +9,10 @@
 4. on SIGTERM or SIGINT sends wgp.py SIGINT (Gradio closes its server and runs wgp.py's exit
    handlers), then SIGKILL after ``--stop-grace``, and exits 0;
 5. when wgp.py exits on its own (a failed preload raises before the port opens) it logs why,
-   with wgp.py's last lines, and exits with wgp.py's code (1 if that was 0): the container
-   restarts, and ``/readyz`` was never 200.
+   with wgp.py's last lines; ``/readyz`` answers ``503 {"stage": "failed", "error": ...}`` with
+   the line that says why for ``--failed-linger`` more (or until SIGTERM), and the launcher
+   exits with wgp.py's code (1 if that was 0): the container restarts, and ``/readyz`` was
+   never 200.
 
 Only the standard library: it runs in the engine's image, next to whatever Wan2GP installs.
 """
@@ -26,6 +28,7 @@ import signal
 import sys
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from . import readiness, wgpconfig
 from .readiness import Readiness
@@ -51,6 +54,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--probe-path", default="/config", help="asked of the app: Gradio's config")
     parser.add_argument("--probe-interval", type=float, default=0.5, help="seconds")
     parser.add_argument("--stop-grace", type=float, default=25.0, help="SIGINT to SIGKILL, seconds")
+    parser.add_argument(
+        "--failed-linger",
+        type=float,
+        default=120.0,
+        help="seconds /readyz still says failed after wgp.py exited on its own (SIGTERM: less)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python wgp.py ...")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -61,9 +70,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 class Launcher:
-    def __init__(self, args: argparse.Namespace, settings: wgpconfig.Settings) -> None:
+    def __init__(
+        self, args: argparse.Namespace, settings: wgpconfig.Settings, config: dict[str, Any]
+    ) -> None:
+        """``config``: the ``wgp_config.json`` written for wgp.py."""
         self.args = args
-        self.state = Readiness(eager=settings.eager)
+        self.settings = settings
+        self.folders = [str(path) for path in config.get("checkpoints_paths") or []]
+        self.state = Readiness(eager=wgpconfig.preloads(config))
         self.port = readiness.app_port(args.command, dict(os.environ))
         self.tail: deque[str] = deque(maxlen=20)
         self.proc: asyncio.subprocess.Process | None = None
@@ -80,10 +94,20 @@ class Launcher:
             loop.add_signal_handler(signum, stop.set)
         try:
             async with server:
-                return await self.supervise(stop)
+                code = await self.supervise(stop)
+                if self.state.stage == "failed" and not stop.is_set():
+                    await self.linger(stop)
+                return code
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+
+    async def linger(self, stop: asyncio.Event) -> None:
+        """Keep saying failed, so that whoever probes ``/readyz`` learns why."""
+        say(f"/readyz says failed for {self.args.failed_linger:g} s (or until SIGTERM)")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.args.failed_linger):
+                await stop.wait()
 
     async def supervise(self, stop: asyncio.Event) -> int:
         try:
@@ -110,8 +134,10 @@ class Launcher:
         if self.state.stage == "stopping":
             say(f"wgp.py stopped (code {code})")
             return 0
-        self.state = readiness.exited(self.state, code)
-        say(f"{self.state.error}; its last lines:")
+        say(f"wgp.py exited with code {code} ({self.state.stage}); its last lines:")
+        why = readiness.failure_line(self.tail)
+        why = readiness.offline_hint(why, self.settings.offline, self.folders)
+        self.state = readiness.exited(self.state, code, why)
         for line in self.tail:
             say(f"  {line}")
         return code if code > 0 else 128 - code if code < 0 else 1
@@ -221,4 +247,4 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.get('last_model_type', '(wgp.py default)')}, weights from "
         f"{config.get('checkpoints_paths')}"
     )
-    return asyncio.run(Launcher(args, settings).run())
+    return asyncio.run(Launcher(args, settings, config).run())

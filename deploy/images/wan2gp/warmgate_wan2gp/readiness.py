@@ -11,6 +11,7 @@ the process exits.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +23,8 @@ class Readiness:
     eager: bool
     stage: str = "starting"
     """starting (wgp.py importing) -> loading (a Loading line seen) -> ready (the app answered);
-    failed (wgp.py exited) and stopping (asked to stop) at any point."""
+    failed (wgp.py exited; said until the launcher exits) and stopping (asked to stop) at any
+    point."""
     files: tuple[str, ...] = ()
     """The weight files Wan2GP said it is loading, in order."""
     error: str | None = None
@@ -40,10 +42,35 @@ def app_answered(state: Readiness) -> Readiness:
     return replace(state, stage="ready") if state.stage in ("starting", "loading") else state
 
 
-def exited(state: Readiness, code: int) -> Readiness:
+def exited(state: Readiness, code: int, why: str | None = None) -> Readiness:
+    """wgp.py ended on its own; ``why``: the line of its output that says why
+    (:func:`failure_line`)."""
     if state.stage == "stopping":
         return state
-    return replace(state, stage="failed", error=f"wgp.py exited with code {code} ({state.stage})")
+    error = f"wgp.py exited with code {code} ({state.stage})"
+    return replace(state, stage="failed", error=f"{error}: {why}" if why else error)
+
+
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+"""The last line of a Python traceback: ``module.SomeError: message``."""
+
+
+def failure_line(lines: Iterable[str]) -> str | None:
+    """The line of wgp.py's last output that says why it failed: the last exception it raised
+    (a traceback's last line, not its top), else its last line."""
+    kept = [line.strip() for line in lines if line.strip()]
+    for line in reversed(kept):
+        if _RAISED.match(line):
+            return line
+    return kept[-1] if kept else None
+
+
+def offline_hint(why: str | None, offline: bool, folders: list[str]) -> str | None:
+    """Wan2GP downloads a missing weight file, and offline huggingface_hub refuses it without
+    naming the file: say where it was looked for, and why it was not fetched."""
+    if why is None or not offline or "LocalEntryNotFoundError" not in why:
+        return why
+    return f"{why} (a weight file is in none of {folders}, and HF_HUB_OFFLINE forbids fetching it)"
 
 
 def stopping(state: Readiness) -> Readiness:

@@ -45,14 +45,17 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    eager: bool
-    """EAGER_LOAD_MODEL: preload the model at start ("P"), and never unload it when the queue
-    is done ("U" would drop the weights after each batch of renders)."""
+    eager: bool | None
+    """EAGER_LOAD_MODEL: 1 preloads the model at start ("P"), and never unloads it when the
+    queue is done ("U" would drop the weights after each batch of renders); 0 takes "P" out
+    (an earlier run's 1 left it in the file); unset (``None``): the file decides."""
     model: str | None
     """WAN2GP_MODEL: the model type wgp.py opens with, and so preloads (``last_model_type``)."""
     checkpoints: tuple[str, ...]
     """WAN2GP_CHECKPOINTS: folders searched for weights, in order; the first is where missing
     files would be downloaded to."""
+    offline: bool = False
+    """HF_HUB_OFFLINE: huggingface_hub downloads nothing, so a missing file fails the start."""
 
 
 def settings_from(environ: Mapping[str, str]) -> Settings:
@@ -63,22 +66,30 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
     model = environ.get("WAN2GP_MODEL", "").strip() or None
     paths = environ.get("WAN2GP_CHECKPOINTS", "").split(",")
     return Settings(
-        eager=flag in _ON,
+        eager=None if "EAGER_LOAD_MODEL" not in environ else flag in _ON,
         model=model,
         checkpoints=tuple(p.strip() for p in paths if p.strip()),
+        offline=environ.get("HF_HUB_OFFLINE", "").strip().lower() in _ON,
     )
 
 
 def merged(existing: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     config = dict(existing) if existing else dict(DEFAULTS)
+    policy = list(config.get("preload_model_policy") or [])
     if settings.eager:
-        policy = [p for p in config.get("preload_model_policy") or [] if p not in ("P", "U")]
-        config["preload_model_policy"] = ["P", *policy]
+        config["preload_model_policy"] = ["P", *(p for p in policy if p not in ("P", "U"))]
+    elif settings.eager is False:
+        config["preload_model_policy"] = [p for p in policy if p != "P"]
     if settings.model is not None:
         config["last_model_type"] = settings.model
     if settings.checkpoints:
         config["checkpoints_paths"] = list(settings.checkpoints)
     return config
+
+
+def preloads(config: Mapping[str, Any]) -> bool:
+    """Whether wgp.py will preload its model with this config (what ``/readyz`` calls eager)."""
+    return "P" in (config.get("preload_model_policy") or [])
 
 
 def write(path: Path, settings: Settings) -> dict[str, Any]:

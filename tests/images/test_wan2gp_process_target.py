@@ -1,0 +1,62 @@
+"""The Wan2GP launcher as a ``process`` target of warmgate, as on a workstation: warmgate picks its
+``--ready-port`` (``{ready_port}``) and probes ``/readyz`` there (``readiness.port``), runs the
+stand-in wgp.py (tests/images/wgp_standin.py) on warmgate's interpreter after ``--``, and fails
+the start with the launcher's reason when the preload fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from router.scale.state import Phase
+from tests.helpers import ROOT, one_target, wait_until, warmgate
+
+WGP = ROOT / "tests/images/wgp_standin.py"
+
+
+def wan2gp(tmp_path: Path, **env: str) -> dict[str, Any]:
+    launcher = ["python", "-m", "warmgate_wan2gp", "--ready-host", "127.0.0.1"]
+    launcher += ["--ready-port", "{ready_port}", "--probe-interval", "0.05", "--stop-grace", "5"]
+    spec = {
+        "engine": "gradio",
+        "routes": [{"path_prefix": "/"}],
+        "backend": {
+            "kind": "process",
+            "command": [*launcher, "--", "python", str(WGP), "--server-port", "{port}"],
+            "cwd": str(tmp_path),
+            "env": {"PYTHONPATH": str(ROOT / "deploy/images/wan2gp"), **env},
+            "stop_grace": "10s",
+        },
+        "readiness": {"path": "/readyz", "port": "{ready_port}", "interval": "50ms"},
+        "scaling": {"cold_start_timeout": "60s", "failure_backoff": "10m"},
+        "waiting_page": "off",
+    }
+    return one_target("wan", spec)
+
+
+async def test_readiness_is_probed_on_the_launchers_own_ready_port(tmp_path: Path) -> None:
+    async with (
+        warmgate(wan2gp(tmp_path, EAGER_LOAD_MODEL="0")) as wg,
+        aiohttp.ClientSession() as client,
+        client.get(wg.url + "/config") as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        assert resp.headers.get("X-Warmgate-Cold-Start")
+        assert wg.runtime("wan").state.phase is Phase.READY
+
+
+async def test_a_failed_preload_fails_the_start_with_the_launchers_reason(tmp_path: Path) -> None:
+    (tmp_path / "release-load").touch()  # the stand-in's load goes on at once, and fails
+    empty = tmp_path / "models"
+    empty.mkdir()
+    config = wan2gp(tmp_path, EAGER_LOAD_MODEL="1", WAN2GP_CHECKPOINTS=str(empty))
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        headers = {"Accept": "application/json"}
+        async with client.get(wg.url + "/config", headers=headers) as resp:
+            assert resp.status == 503
+            assert (await resp.json())["error"]["code"] == "target_failed"
+        runtime = wg.runtime("wan")
+        await wait_until(lambda: runtime.state.phase is Phase.FAILED)
+        assert "Unable to locate file 'wan2.1_text2video_14B" in runtime.state.reason
