@@ -101,7 +101,9 @@ async def _decision_times(n: int) -> dict[str, dict[str, float]]:
         endpoints = ("http://127.0.0.1:9",) if phase is Phase.READY else ()
         runtime.cell.replace(TargetState(phase, loop.time() - rng.random() * 20, endpoints))
         runtime.activity.in_flight = rng.randrange(8)
-        runtime.cold_start_history.extend(rng.uniform(5, 60) for _ in range(rng.randrange(21)))
+        runtime.learned.cold_starts.history.extend(
+            rng.uniform(5, 60) for _ in range(rng.randrange(21))
+        )
     calls = []
     for m in range(MODELS):
         model = f"m{m}"

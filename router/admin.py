@@ -52,7 +52,7 @@ async def targets(request: web.Request) -> web.Response:
             "held_websockets": activity.held_sockets,
             "idle_seconds": None if idle_since is None else round(max(0.0, now - idle_since), 3),
             # idle_after in force (learned for auto), what it was learned from, keep_warm
-            **runtime.idle_described(),
+            **runtime.learned.describe_idle(),
             # the parked tier and the GPU pool (docs/pools.md)
             "parking": state.parking,
             "waking": state.waking,
@@ -77,14 +77,14 @@ def _start(runtime: TargetRuntime, now: float) -> dict[str, Any]:
     state = runtime.state
     starting = state.phase is Phase.STARTING
     stage = state.stage if starting else None
-    remaining = runtime.eta()
+    remaining = runtime.learned.eta(runtime.state)
     return {
         "stage": stage,
         "stage_message": state.stage_message or None if stage is not None else None,
         "stage_seconds": round(now - state.stage_since, 3) if stage is not None else None,
         "progress": state.progress if starting else None,
         "eta_seconds": None if remaining is None else round(remaining, 2),
-        "cold_start": runtime.cold_starts.describe(),
+        "cold_start": runtime.learned.cold_starts.describe(),
     }
 
 

@@ -97,7 +97,7 @@ def build_apps(config: Config) -> Apps:
             assumed_cold_start=config.policy.assumed_cold_start,
         )
         # what it learns survives restarts: on its Deployment, or in a file under state_dir
-        runtime.store = own_store(backend) or _file_store(config, f"{name}.")
+        runtime.learned.store = own_store(backend) or _file_store(config, f"{name}.")
     replicas = (
         Replicas(
             make_membership(

@@ -207,7 +207,7 @@ async def test_an_operator_release_says_so_and_teaches_the_idle_rule_nothing(
     data["targets"]["sleepy"]["scaling"]["idle_bounds"] = ["1s", "1h"]
     async with warmgate(data, token_dir) as wg, aiohttp.ClientSession() as session:
         runtime = wg.runtime("sleepy")
-        policy = runtime.idling.policy
+        policy = runtime.learned.idling.policy
         assert policy is not None
         async with session.get(wg.url + "/slow?s=0") as response:
             assert response.status == 200

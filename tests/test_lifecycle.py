@@ -71,7 +71,7 @@ async def test_a_held_request_starts_the_target_and_goes_out_when_ready() -> Non
         assert rig.backend.calls == ["up"], "one scale-up for fifty held requests"
         assert rig.metric("warmgate_cold_starts_total") == 1
         assert rig.metric("warmgate_hold_outcomes_total", outcome="ready") == 50
-        assert rig.runtime.predicted_cold_start() == pytest.approx(95, abs=1)
+        assert rig.runtime.learned.predicted_cold_start() == pytest.approx(95, abs=1)
 
 
 async def test_idle_release_after_idle_after_and_not_before() -> None:

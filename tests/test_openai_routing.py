@@ -44,7 +44,8 @@ async def test_cold_local_and_short_budget_go_to_the_cloud_and_warm_the_target()
         )
         assert raw.headers["x-warmgate-decision"] == "vllm-local; reason=ready"
         assert st.cloud.count("/v1/chat/completions") == 1
-        assert st.wg.runtime("vllm-local").cold_start_history  # learned for the next prediction
+        learned = st.wg.runtime("vllm-local").learned
+        assert learned.cold_starts.history  # learned for the next prediction
         await client.close()
 
 

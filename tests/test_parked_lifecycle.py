@@ -96,7 +96,7 @@ async def test_parked_after_park_after_and_woken_by_the_next_request_without_a_r
         assert rig.metric("warmgate_wake_seconds_count", target="t") == 1
         assert rig.metric("warmgate_cold_starts_total", target="t") == 1
         assert rig.metric("warmgate_gpu_seconds_total", target="t", state="parked") >= 590
-        assert rig.runtime.wakes.predicted() == pytest.approx(1.0, abs=0.3)
+        assert rig.runtime.learned.wakes.predicted() == pytest.approx(1.0, abs=0.3)
 
 
 async def test_idle_after_still_stops_a_parked_target() -> None:

@@ -61,7 +61,7 @@ async def rig(store: FileStore | None = None, **scaling: Any) -> AsyncIterator[T
     runtime = TargetRuntime(
         "t", config.targets["t"], backend, engine, metrics, asyncio.get_running_loop()
     )
-    runtime.store = store
+    runtime.learned.store = store
     lifecycle = Lifecycle(runtime)
     await lifecycle.open()
     try:
@@ -96,14 +96,16 @@ async def test_stages_are_published_timed_and_learned_without_the_wait_for_a_gpu
 ) -> None:
     store = FileStore(tmp_path, "t.")
     async with rig(store, expected_cold_start="8s") as rt:
-        assert rt.eta() == 8.0  # before any start: the config's figure
+        assert rt.learned.eta(rt.state) == 8.0  # before any start: the config's figure
         loop = asyncio.get_running_loop()
         held = asyncio.ensure_future(rt.acquire(GET))
         await until(rt, lambda s: s.stage == "scheduling")
         await asyncio.sleep(1)
         staged(rt).stage("unschedulable", GPU_BUSY)
         await until(rt, lambda s: s.stage == "unschedulable")
-        assert rt.state.stage_message == GPU_BUSY and rt.eta() is None  # no ETA without a GPU
+        assert (
+            rt.state.stage_message == GPU_BUSY and rt.learned.eta(rt.state) is None
+        )  # no ETA without a GPU
         await asyncio.sleep(100)  # every GPU busy for 100 s
         staged(rt).stage("pulling", "pulling ghcr.io/x:1")
         await asyncio.sleep(30)
@@ -114,12 +116,14 @@ async def test_stages_are_published_timed_and_learned_without_the_wait_for_a_gpu
     assert stage_seconds(rt, "unschedulable") == pytest.approx(100, abs=0.5)
     assert stage_seconds(rt, "pulling") == pytest.approx(30, abs=0.5)
     assert stage_seconds(rt, "loading") == pytest.approx(5, abs=0.5)
-    assert rt.predicted_cold_start() == pytest.approx(36, abs=1)  # 136 s less 100 s unschedulable
+    assert rt.learned.predicted_cold_start() == pytest.approx(
+        36, abs=1
+    )  # 136 s less 100 s unschedulable
     assert rt.state.stage is None  # ready: a stage belongs to a start
 
     async with rig(store, expected_cold_start="8s") as again:  # warmgate restarted
-        assert again.predicted_cold_start() == pytest.approx(36, abs=1)
-        assert again.cold_starts.stage_predicted("pulling") == pytest.approx(30, abs=0.5)
+        assert again.learned.predicted_cold_start() == pytest.approx(36, abs=1)
+        assert again.learned.cold_starts.stage_predicted("pulling") == pytest.approx(30, abs=0.5)
 
 
 async def test_a_start_nobody_waits_for_is_given_up_after_abandon_after() -> None:
@@ -174,7 +178,7 @@ async def test_a_start_that_cannot_succeed_fails_at_once_and_held_requests_hear_
 
 async def test_the_waiting_page_shows_what_is_left_of_a_start_whose_stages_were_learned() -> None:
     async with rig() as rt:
-        rt.record_cold_start(35.0, {"pulling": 30.0, "loading": 5.0})  # a start learned before
+        rt.learned.cold_start(35.0, {"pulling": 30.0, "loading": 5.0})  # a start learned before
         loop = asyncio.get_running_loop()
         held = asyncio.ensure_future(rt.acquire(GET))
         await until(rt, lambda s: s.stage == "scheduling")

@@ -147,7 +147,7 @@ async def test_the_learned_wake_survives_a_restart(tmp_path: Path) -> None:
             await rendered(http, url, prompt_id)
             await wait_until(lambda: parked(runtime), timeout=20)
         assert await metric_value(wg.admin, "warmgate_wake_seconds_count", target="comfy") == 1
-        learned = runtime.wakes.predicted()
+        learned = runtime.learned.wakes.predicted()
         assert 0 < learned < 45
     kept = json.loads((tmp_path / "state" / "comfy.wake.json").read_text())
     assert kept == {"version": 1, "wakes": [learned]}
@@ -155,7 +155,7 @@ async def test_the_learned_wake_survives_a_restart(tmp_path: Path) -> None:
     async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as http:
         shown = (await get_json(http, wg.admin + "/status"))["targets"]["comfy"]["parked"]
         assert (shown["wake_eta"], shown["wakes_seen"]) == (round(learned, 2), 1)  # not 45 s
-        assert wg.runtime("comfy").wakes.predicted() == learned
+        assert wg.runtime("comfy").learned.wakes.predicted() == learned
         assert await metric_value(wg.admin, "warmgate_wake_seconds_count", target="comfy") == 0
 
 

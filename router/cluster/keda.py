@@ -65,7 +65,7 @@ class ActiveSignal:
             Wants(
                 state=rt.state,
                 now=rt.loop.time(),
-                idle_after=rt.idle_after(),
+                idle_after=rt.learned.windows().idle_after,
                 held=together.held,
                 in_flight=together.in_flight,
                 idle_since=together.idle_since,

@@ -26,7 +26,7 @@ def add_gauges(
         registry=r,
     )
     for name, runtime in runtimes.items():
-        eta.labels(name).set_function(runtime.predicted_cold_start)
+        eta.labels(name).set_function(runtime.learned.predicted_cold_start)
     if budget is not None:  # the OpenAI-compatible API is served
         limit = Gauge(
             "cloud_budget_usd",

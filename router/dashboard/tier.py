@@ -19,14 +19,14 @@ def parked(runtime: TargetRuntime, wall: Wall) -> Json | None:
     """``None`` for a target that is never parked (its engine has no park action)."""
     if parking(runtime.engine) is None:
         return None
-    state, wakes = runtime.state, runtime.wakes
+    state, wakes = runtime.state, runtime.learned.wakes
     is_parked = state.phase is Phase.PARKED
     return {
         "parked": is_parked,
         "since": wall(state.since) if is_parked else None,
         "parking": state.parking,
         "waking": state.waking,
-        "park_after": runtime.park_after() or None,
+        "park_after": runtime.learned.windows().park_after or None,
         "wake_eta": round(wakes.predicted(), 2),
         "wakes_seen": len(wakes.history),
     }
@@ -34,7 +34,7 @@ def parked(runtime: TargetRuntime, wall: Wall) -> Json | None:
 
 def park_at(runtime: TargetRuntime, idle_since: float | None) -> float | None:
     """Loop time a ready, idle target is parked (``None``: it is not counting down)."""
-    state, park_after = runtime.state, runtime.park_after()
+    state, park_after = runtime.state, runtime.learned.windows().park_after
     if state.phase is not Phase.READY or idle_since is None or park_after <= 0:
         return None
     if runtime.activity.held or parking(runtime.engine) is None:

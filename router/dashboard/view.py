@@ -82,8 +82,10 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
     always_on = runtime.backend.always_on
     release_at = None  # counting down while ready and idle: the same release as idleness
     if state.phase in (Phase.READY, Phase.PARKED) and not always_on and idle_since is not None:
-        release_at = idle_since + runtime.idle_after() if activity.held == 0 else None
-    eta = runtime.predicted_cold_start()
+        release_at = (
+            idle_since + runtime.learned.windows().idle_after if activity.held == 0 else None
+        )
+    eta = runtime.learned.predicted_cold_start()
     failure = src.today.last_failure(runtime.name)
     return {
         "phase": state.phase.value,
@@ -112,8 +114,8 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "always_on": always_on,
         "backend": spec.backend.kind,
         "engine": spec.engine,
-        "idle_after": runtime.idle_after(),
-        "idle": runtime.idle_described(),
+        "idle_after": runtime.learned.windows().idle_after,
+        "idle": runtime.learned.describe_idle(),
         "eta": None if always_on else round(eta, 1),
         "cold_starts_today": [s.to_json() for s in src.today.starts_today(runtime.name)],
         "gpu_seconds_today": {

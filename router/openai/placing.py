@@ -103,7 +103,7 @@ class Placer:
                         self._predicted(rt),
                         state.retry_at,
                         self._wakes(rt, call.kind),
-                        wake=rt.wakes.predicted(),
+                        wake=rt.learned.wakes.predicted(),
                         waking=state.waking,
                         pool_wait=_pool_wait(rt),
                         unschedulable=_unschedulable(state),
@@ -122,11 +122,11 @@ class Placer:
         key = (runtime.name, kind)
         wakes = self._wake_rules.get(key)
         if wakes is None:
-            wakes = self._wake_rules[key] = runtime.may_wake(api_facts(PATHS[kind]))
+            wakes = self._wake_rules[key] = runtime.engine.wakes(api_facts(PATHS[kind]))
         return wakes
 
     def _predicted(self, runtime: TargetRuntime) -> float:
-        return runtime.predicted_cold_start()
+        return runtime.learned.predicted_cold_start()
 
     def _record(self, call: Call, decision: Decision) -> None:
         call.request[DECISION] = decision.header

@@ -75,7 +75,7 @@ class HeldWebsocket:
 
     def _held_again(self) -> bool:
         """A release holds the tab again; warmgate's shutdown closes it."""
-        return not self.rt.closed()
+        return not self.rt.closing
 
     async def serve(self) -> web.StreamResponse:
         """Answer the upgrade and keep the tab's socket until it ends. Raises
@@ -92,7 +92,7 @@ class HeldWebsocket:
                 if not bridge.open_mode:
                     flight.end()
                 return await bridge.serve(upstream, flight, again=self._again)
-        if rt.closed():
+        if rt.closing:
             raise shutting_down(rt.name)
         if rt.waiting() >= rt.spec.scaling.max_held:
             raise Shedding(
@@ -145,7 +145,7 @@ class HeldWebsocket:
                         task.cancel()
                 if gone.is_set():
                     return False
-                if rt.closed():
+                if rt.closing:
                     await self.bridge.close_client(GOING_AWAY, "warmgate is shutting down")
                     return False
                 if _engine(rt, rt.state):
@@ -159,7 +159,7 @@ class HeldWebsocket:
         """What ends a hold: the engine up for work in a state other than ``stale``, or the
         drain."""
         rt = self.rt
-        return lambda state: (state is not stale and bool(_engine(rt, state))) or rt.closed()
+        return lambda state: (state is not stale and bool(_engine(rt, state))) or rt.closing
 
     async def _connect(self, endpoint: str) -> aiohttp.ClientWebSocketResponse | web.Response:
         url = URL(endpoint + self.path, encoded=True)

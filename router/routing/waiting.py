@@ -56,14 +56,16 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
     waking = phase is Phase.PARKED
     moving = phase is Phase.STARTING or state.waking
     elapsed = now - state.since if moving else 0.0
-    eta = runtime.wakes.predicted() if waking else runtime.predicted_cold_start()
+    eta = runtime.learned.wakes.predicted() if waking else runtime.learned.predicted_cold_start()
     stage = state.stage if phase is Phase.STARTING else None
     remaining: float | None = eta
     by_stage: list[tuple[str, float]] = []
     if phase is Phase.STARTING:
-        remaining = runtime.eta()
+        remaining = runtime.learned.eta(runtime.state)
         if stage is not None:
-            by_stage = list(runtime.cold_starts.left_by_stage(stage, now - state.stage_since))
+            by_stage = list(
+                runtime.learned.cold_starts.left_by_stage(stage, now - state.stage_since)
+            )
     elif moving:  # waking: what is left of the wake
         remaining = max(0.0, eta - elapsed)
     failed = phase is Phase.FAILED
@@ -266,7 +268,7 @@ class WaitingPages:
     ) -> web.StreamResponse | None:
         if runtime.spec.waiting_page != "auto" or not facts.is_navigation or facts.is_websocket:
             return None
-        if runtime.may_wake(facts):
+        if runtime.engine.wakes(facts):
             runtime.request_start(waiting=True)
         return render(runtime)
 

@@ -1,13 +1,19 @@
-"""What one target learned from its own starts and wakes, kept across restarts: the recent cold
-starts (whole and per stage: the waiting page's ETA) and the recent wakes from parked, each read
-back from the state store at start and written through it as it changes."""
+"""What one target learned, in one store: the recent cold starts (whole and per stage: the
+waiting page's ETA), the recent wakes from parked, and the gaps between bursts of use
+(``idle_after: auto``, :mod:`router.scale.idling`). Each is read back from the state store at
+start and written through it as it changes; the lifecycle is their one writer."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 from backends.base import StateStore
+from router.config import Economics, Scaling
 from router.scale.eta import ColdStarts
+from router.scale.idle_policy import Windows
+from router.scale.idling import IdleRule
 from router.scale.persist import Writer
 from router.scale.state import Phase, TargetState
 from router.scale.wakes import Wakes
@@ -21,39 +27,80 @@ WAKES = "wake"
 
 
 class Learned:
-    """The cold starts and the wakes of one target, and where they are kept."""
+    """The cold starts, the wakes and the idle gaps of one target, and where they are kept."""
 
-    def __init__(self, name: str, cold_starts: ColdStarts, wakes: Wakes) -> None:
+    def __init__(
+        self,
+        name: str,
+        scaling: Scaling,
+        economics: Economics,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        parks: bool,
+        assumed_cold_start: float,
+    ) -> None:
         self.name = name
-        self.cold_starts = cold_starts
-        self.wakes = wakes
+        self.scaling = scaling
+        self.loop = loop
+        expected = scaling.expected_cold_start
+        self.cold_starts = ColdStarts(assumed_cold_start if expected is None else expected)
+        """What the recent cold starts took (whole and per stage): the ETA of the next one."""
+        expected_wake = scaling.expected_wake
+        self.wakes = Wakes() if expected_wake is None else Wakes(expected_wake)
+        """The recent wakes from parked: what the next one is expected to take."""
+        self.idling = IdleRule(scaling, economics, loop, parks=parks)
+        """``idle_after`` and ``park_after`` (fixed or learned) and the ``keep_warm`` windows."""
+        self.store: StateStore | None = None
+        """Where it survives a restart (set by the wiring; ``None``: forgotten)."""
         self._kept: Writer | None = None
         self._kept_wakes: Writer | None = None
 
     def cold_start(self, seconds: float, stages: dict[str, float] | None = None) -> None:
-        """Learn from one cold start (and its time per stage, where the backend told); kept."""
+        """Learn from one cold start (and its time per stage, where the backend told); kept.
+        What it cost in waiting is weighed by ``idle_after: auto``."""
         self.cold_starts.record(seconds, stages)
         if self._kept is not None:
             self._kept.put(self.cold_starts.to_json())
+        self.idling.waits.start(seconds, self.loop.time(), self.scaling.cold_start_timeout)
 
     def wake(self, seconds: float) -> None:
         """Learn from one wake from parked; kept."""
         self.wakes.record(seconds)
         if self._kept_wakes is not None:
             self._kept_wakes.put(self.wakes.to_json())
+        self.idling.waits.start(seconds, self.loop.time(), self.scaling.cold_start_timeout)
 
-    def eta(self, state: TargetState, now: float) -> float | None:
-        """Expected seconds until ready at ``now`` in ``state``: the whole prediction when not
+    def predicted_cold_start(self) -> float:
+        """Expected seconds from scale-up to ready: learned from the recent cold starts, else
+        ``scaling.expected_cold_start`` (or ``policy.assumed_cold_start``): one figure for the
+        waiting page and the policy alike."""
+        return self.cold_starts.predicted()
+
+    def windows(self) -> Windows:
+        """``idle_after`` and ``park_after`` (0: never parked) in force now (``auto``: as
+        learned so far)."""
+        return self.idling.in_force(self.cold_starts.predicted(), self.wakes.predicted())
+
+    def describe_idle(self) -> dict[str, Any]:
+        """The windows in force and what they were learned from (``/targets``, dashboard)."""
+        return self.idling.describe(self.cold_starts.predicted(), self.wakes.predicted())
+
+    def eta(self, state: TargetState) -> float | None:
+        """Expected seconds until ready, now, in ``state``: the whole prediction when not
         starting; while starting, what is left of it (per stage where stages were learned);
         ``None`` while no GPU is free for it."""
         if state.phase is not Phase.STARTING:
             return self.cold_starts.predicted()
+        now = self.loop.time()
         in_stage = now - state.stage_since if state.stage is not None else 0.0
         return self.cold_starts.remaining(state.stage, in_stage, now - state.since)
 
-    async def restore(self, store: StateStore) -> None:
+    async def restore(self) -> None:
         """Read back what was learned before a restart (a bad document: a warning, ignored),
-        and write through ``store`` from now on."""
+        and write through the store from now on."""
+        store = self.store
+        if store is None:
+            return
         document = await store.load(LEARNED)
         if document is not None:
             if self.cold_starts.restore(document):
@@ -68,12 +115,14 @@ class Learned:
                 log.warning("%s: ignoring cold starts in %s: unknown form", self.name, store.where)
         self._kept = Writer(store, LEARNED)
         self._kept_wakes = await restore_wakes(self.name, self.wakes, store)
+        await self.idling.restore(store)
 
     async def close(self) -> None:
         """The last figures are written (bounded), nothing after."""
         for kept in (self._kept, self._kept_wakes):
             if kept is not None:
                 await kept.close()
+        await self.idling.close()
 
 
 async def restore_wakes(name: str, wakes: Wakes, store: StateStore) -> Writer:

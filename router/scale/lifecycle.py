@@ -63,7 +63,7 @@ class Lifecycle:
 
     async def open(self) -> None:
         await self.rt.backend.open(self._observed)
-        await self.rt.restore_learned()  # after open: a backend's own store reads its objects
+        await self.rt.learned.restore()  # after open: a backend's own store reads its objects
         if self.rt.backend.always_on:
             self.machine.apply(Event.ENDPOINTS, endpoints=self._obs.endpoints)
             return
@@ -77,7 +77,7 @@ class Lifecycle:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self.rt.close_learned()
+        await self.rt.learned.close()
         await self.rt.backend.close()
         await self.rt.engine.close()
 
@@ -130,8 +130,10 @@ class Lifecycle:
         else:  # idle only when every replica is; only the leader releases
             idle_since = self.others.idle_since(rt.name)
             may_release = self.keda or self.others.leading()
-        kept_warm, self.window_change = rt.idling.kept_warm(rt.predicted_cold_start())
-        windows = rt.windows()
+        kept_warm, self.window_change = rt.learned.idling.kept_warm(
+            rt.learned.predicted_cold_start()
+        )
+        windows = rt.learned.windows()
         turn, make_room, yield_after = None, None, 0.0
         if rt.pool is not None:  # whose turn it is on the target's GPU pool
             plan = rt.pool.plan()
@@ -282,7 +284,9 @@ class Lifecycle:
             return
         if step.reason == OPERATOR_RELEASE:  # the gap it ends was no person's: nothing learned
             rt.release_asked = False
-            rt.idling.forget_gap(rt.activity.idle_since(rt.spec.scaling.stream_activity_window))
+            rt.learned.idling.forget_gap(
+                rt.activity.idle_since(rt.spec.scaling.stream_activity_window)
+            )
         needed = step.idle if step.act is Act.YIELD else None
         await self.release.run(step.reason, needed)
         if step.act is Act.YIELD and rt.pool is not None and rt.state.phase is not Phase.READY:
@@ -350,7 +354,7 @@ class Lifecycle:
         began = rt.state.since
         rt.metrics.cold_start_seconds.labels(rt.name).observe(self.now - began)
         stages = self.starts.so_far()  # the time no GPU was free is not what a start takes
-        rt.record_cold_start(self.now - began - self.starts.waited_for_gpu(), stages or None)
+        rt.learned.cold_start(self.now - began - self.starts.waited_for_gpu(), stages or None)
         rt.activity.wanted_until = float("-inf")
         rt.activity.last_request = self.now  # a fresh start gets a full idle window
         self.accounting.restart()

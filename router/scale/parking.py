@@ -93,7 +93,7 @@ class Parking:
         rt, now = self.rt, self.now
         seconds = now - rt.state.since
         rt.metrics.wake_seconds.labels(rt.name).observe(seconds)
-        rt.record_wake(seconds)
+        rt.learned.wake(seconds)
         rt.activity.wanted_until = float("-inf")
         rt.activity.last_request = now
         self.machine.apply(

@@ -99,7 +99,7 @@ class PoolRuntime:
             idle_since = self.others.idle_since(runtime.name)
         else:
             idle_since = activity.idle_since(window)
-        kept, _ = runtime.idling.kept_warm(runtime.predicted_cold_start())
+        kept, _ = runtime.learned.idling.kept_warm(runtime.learned.predicted_cold_start())
         wants = not state.resident and (
             want
             or activity.held > 0

@@ -7,25 +7,19 @@ activity to it; the target's lifecycle owns every phase change.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
-from typing import Any
 
-from backends.base import Backend, Engine, RequestFacts, StateStore, parking
+from backends.base import Backend, Engine, RequestFacts, parking
 from router.config import Economics, Target
 from router.errors import NoEndpoint, TargetAsleep
 from router.http.in_flight import InFlight
 from router.metrics import Metrics
 from router.scale.activity import Activity
 from router.scale.engine_queue import EngineQueue
-from router.scale.eta import ColdStarts
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
-from router.scale.idle_policy import Windows
-from router.scale.idling import IdleRule
 from router.scale.learned import Learned
 from router.scale.pools import Seats
 from router.scale.state import Phase, StateCell, TargetState
-from router.scale.wakes import Wakes
 
 
 def _servable(state: TargetState) -> bool:
@@ -66,8 +60,15 @@ class TargetRuntime:
         self.activity = Activity(now)
         self.can_park = parking(engine) is not None
         """The engine has a park action (fixed by its config: asked once)."""
-        self.idling = IdleRule(spec.scaling, economics or Economics(), loop, parks=self.can_park)
-        """``idle_after`` and ``park_after`` (fixed or learned) and the ``keep_warm`` windows."""
+        self.learned = Learned(
+            name,
+            spec.scaling,
+            economics or Economics(),
+            loop,
+            parks=self.can_park,
+            assumed_cold_start=assumed_cold_start,
+        )
+        """What it learned (cold starts, wakes, idle gaps), and where that is kept."""
         self.activity.on_resume = self._resumed
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
@@ -77,9 +78,6 @@ class TargetRuntime:
         """Called when a request is held and none was (KEDA's scaler pushes ``active`` then)."""
         self.pool: Seats | None = None
         """The GPU pool this target takes turns on (set by the wiring); ``None``: none."""
-        expected_wake = spec.scaling.expected_wake
-        self.wakes = Wakes() if expected_wake is None else Wakes(expected_wake)
-        """The recent wakes from parked: what the next one is expected to take."""
         self.park_asked = False
         """A park was asked for (the dashboard): parked once idle; the lifecycle resets it."""
         self.release_asked = False
@@ -88,15 +86,9 @@ class TargetRuntime:
         self._next_endpoint = 0
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
-        expected = spec.scaling.expected_cold_start
-        self.cold_starts = ColdStarts(assumed_cold_start if expected is None else expected)
-        """What the recent cold starts took (whole and per stage): the ETA of the next one."""
         self.queue = EngineQueue()
         """The engine's own queue as the busy poll reads it, and the time one job takes there:
         the API policy's load and predicted wait for this target while it is ready."""
-        self.learned = Learned(name, self.cold_starts, self.wakes)
-        self.store: StateStore | None = None
-        """Where what is learned survives a restart (set by the wiring; ``None``: forgotten)."""
         self.m_in_flight = metrics.in_flight.labels(name)
         self.m_held = metrics.held_requests.labels(name)
         self.m_hold_seconds = metrics.hold_seconds.labels(name)
@@ -136,23 +128,6 @@ class TargetRuntime:
         else:
             self.endpoint_load.pop(base, None)
 
-    def windows(self) -> Windows:
-        """``idle_after`` and ``park_after`` (0: never parked) in force now (``auto``: as
-        learned so far)."""
-        return self.idling.in_force(self.predicted_cold_start(), self.wakes.predicted())
-
-    def idle_after(self) -> float:
-        """Seconds idle before the release, now (``idle_after: auto``: as learned so far)."""
-        return self.windows().idle_after
-
-    def park_after(self) -> float:
-        """Seconds idle before a park, now (0: never parked for idleness)."""
-        return self.windows().park_after
-
-    def idle_described(self) -> dict[str, Any]:
-        """The windows in force and what they were learned from (``/targets``, dashboard)."""
-        return self.idling.describe(self.predicted_cold_start(), self.wakes.predicted())
-
     def _resumed(self, now: float) -> None:
         """Activity begins with none before it: the idle rule learns the gap since the last
         burst ended (:meth:`IdleRule.resumed_at`)."""
@@ -160,7 +135,7 @@ class TargetRuntime:
         self.release_asked = False  # work came first: the operator's release is called off
         if not (activity.held or activity.in_flight):
             window = self.spec.scaling.stream_activity_window
-            self.idling.resumed_at(activity.idle_since(window), now)
+            self.learned.idling.resumed_at(activity.idle_since(window), now)
 
     def in_flight(self, *, counts: bool = True) -> InFlight:
         """This request counted in flight, now, until its ``with`` block ends."""
@@ -175,53 +150,13 @@ class TargetRuntime:
         person waits for it (the waiting page), which is what a start costs."""
         now = self.loop.time()
         if waiting:
-            self.idling.waits.page(now)
+            self.learned.idling.waits.page(now)
         until = now + self.spec.scaling.cold_start_timeout
         if now >= self.activity.wanted_until:
             self._resumed(now)
         self.activity.wanted_until = max(self.activity.wanted_until, until)
         self.activity.last_wanted = now
         self.wake.set()
-
-    @property
-    def cold_start_history(self) -> deque[float]:
-        """Seconds from scale-up to ready of the recent cold starts, newest last."""
-        return self.cold_starts.history
-
-    def record_cold_start(self, seconds: float, stages: dict[str, float] | None = None) -> None:
-        """Learn from one cold start (and its time per stage, where the backend told), and
-        keep what was learned (``store``)."""
-        self.learned.cold_start(seconds, stages)
-        self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
-
-    def record_wake(self, seconds: float) -> None:
-        """Learn from one wake from parked, and keep what was learned (``store``)."""
-        self.learned.wake(seconds)
-        self.idling.waits.start(seconds, self.loop.time(), self.spec.scaling.cold_start_timeout)
-
-    def predicted_cold_start(self) -> float:
-        """Expected seconds from scale-up to ready: learned from the recent cold starts, else
-        ``scaling.expected_cold_start`` (or ``policy.assumed_cold_start``): one figure for the
-        waiting page and the policy alike."""
-        return self.cold_starts.predicted()
-
-    def eta(self) -> float | None:
-        """Expected seconds until ready, now: the whole prediction when not starting; while
-        starting, what is left of it (per stage where stages were learned); ``None`` while no
-        GPU is free for it (nobody can tell)."""
-        return self.learned.eta(self.cell.current, self.loop.time())
-
-    async def restore_learned(self) -> None:
-        """Read back what was learned before a restart (the cold starts, the wakes, and
-        ``idle_after: auto``'s histogram beside them), and write through from now on."""
-        if self.store is not None:
-            await self.learned.restore(self.store)
-            await self.idling.restore(self.store)
-
-    async def close_learned(self) -> None:
-        """The last learned figures are written (bounded), nothing after."""
-        await self.learned.close()
-        await self.idling.close()
 
     def waited(self) -> None:
         """Someone shows they still wait for this target (the waiting page polls): a start
@@ -232,17 +167,14 @@ class TargetRuntime:
         """What counts in ``max_held``: requests held, and websockets held open."""
         return self.activity.held + self.activity.held_sockets
 
-    def may_wake(self, facts: RequestFacts) -> bool:
-        return self.engine.wakes(facts)
+    def _closing(self) -> bool:
+        return self.closing
 
     def shut_down(self) -> None:
         """SIGTERM: from now on no cold start begins; held requests are answered 503."""
         self.closing = True
         self.cell.wake_all()
         self.wake.set()
-
-    def closed(self) -> bool:
-        return self.closing
 
     async def acquire(self, facts: RequestFacts) -> HoldResult:
         """A state with endpoints to forward to; holds through a cold start when needed.
@@ -279,11 +211,11 @@ class TargetRuntime:
                 for listener in self.on_first_hold:
                     listener()
             result = await wait_ready(
-                self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop, self.closed
+                self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop, self._closing
             )
             outcome = "ready"
             if result.cold:  # what a start costs in waiting (idle_after: auto weighs it)
-                self.idling.waits.wait(result.waited)
+                self.learned.idling.waits.wait(result.waited)
             return result
         except Exception as exc:
             outcome = "timeout" if getattr(exc, "status", 0) == 504 else "failed"

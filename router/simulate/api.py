@@ -54,10 +54,10 @@ class ApiPlacer:
                         max(self.loads[p.target], activity.in_flight),
                         activity.held,
                         rt.spec.scaling.max_held,
-                        rt.predicted_cold_start(),
+                        rt.learned.predicted_cold_start(),
                         state.retry_at,
-                        rt.may_wake(_API_FACTS),
-                        wake=rt.wakes.predicted(),
+                        rt.engine.wakes(_API_FACTS),
+                        wake=rt.learned.wakes.predicted(),
                         waking=state.waking,
                         pool_wait=_pool_wait(rt),
                     )

@@ -183,8 +183,8 @@ class Replay:
             runtime = TargetRuntime(
                 name, target, backend, engine, self.metrics, loop, config.economics
             )
-            runtime.idling.wall = self.wall
-            runtime.store = self.options.stores.get(name)
+            runtime.learned.idling.wall = self.wall
+            runtime.learned.store = self.options.stores.get(name)
             record = TargetRecord(phases=[(0.0, runtime.state.phase.value)])
             runtime.cell.subscribe(self._recorder(record))
             self.runtimes[name], self.engines[name], self.records[name] = runtime, engine, record
@@ -298,7 +298,7 @@ class Replay:
     async def _waiting_page(self, runtime: TargetRuntime, facts: RequestFacts) -> None:
         """The waiting page: the start asked for, the person waits until the target serves
         (the page reloads itself then), up to the cold start timeout."""
-        if runtime.may_wake(facts):
+        if runtime.engine.wakes(facts):
             runtime.request_start(waiting=True)
         elif runtime.state.phase is not Phase.STARTING:
             await runtime.acquire(facts)  # raises: this request does not wake it
@@ -342,8 +342,8 @@ class Replay:
             spans = [*record.phases, (horizon, "end")]
             for (at, phase), (end, _) in itertools.pairwise(spans):
                 record.seconds_in[phase] = record.seconds_in.get(phase, 0.0) + (end - at)
-            record.idle_after = runtime.idle_after()
-            record.park_after = runtime.park_after()
-            policy = runtime.idling.policy
+            record.idle_after = runtime.learned.windows().idle_after
+            record.park_after = runtime.learned.windows().park_after
+            policy = runtime.learned.idling.policy
             record.learned = policy is not None and policy.learned
             record.gaps = 0 if policy is None else policy.gaps

@@ -328,7 +328,7 @@ async def test_the_learned_idle_histogram_is_kept_on_the_deployment(busy: Busy) 
             await asyncio.sleep(1.5)  # a pause between bursts, past the lower bound
             async with http.get(f"{wg.url}/comfyui/hello") as resp:
                 assert resp.status == 200
-        learned = wg.runtime("comfyui").idle_described()["learned"]
+        learned = wg.runtime("comfyui").learned.describe_idle()["learned"]
         assert learned["learned"] and learned["gaps"] >= 2
 
         async def kept() -> bool:
@@ -339,5 +339,5 @@ async def test_the_learned_idle_histogram_is_kept_on_the_deployment(busy: Busy) 
         await eventually(kept)
 
     async with warmgate(config) as wg:  # read back from the annotation: not relearned
-        again = wg.runtime("comfyui").idle_described()["learned"]
+        again = wg.runtime("comfyui").learned.describe_idle()["learned"]
         assert again["learned"] and again["gaps"] == learned["gaps"]

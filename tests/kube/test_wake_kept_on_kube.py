@@ -43,10 +43,10 @@ async def test_the_learned_wake_is_kept_on_the_deployment(lab: Lab) -> None:  # 
                 assert resp.status == 200
             await until(runtime, Phase.PARKED)
         assert await metric_value(wg.admin, "warmgate_wake_seconds_count", target="comfyui") == 1
-        learned = runtime.wakes.predicted()
+        learned = runtime.learned.wakes.predicted()
         assert 0 < learned < 45
         await eventually(lambda: kept_is([learned]))  # written through, while up
 
     async with warmgate(data) as wg:  # read back from the annotation: not relearned
-        again = wg.runtime("comfyui").wakes
+        again = wg.runtime("comfyui").learned.wakes
         assert (again.predicted(), len(again.history)) == (learned, 1)
