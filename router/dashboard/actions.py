@@ -78,12 +78,6 @@ def _busy(runtime: TargetRuntime) -> str | None:
     return None
 
 
-def _ask_release(runtime: TargetRuntime) -> None:
-    """The operator's release, an input its lifecycle decides on (nothing of its clocks moves)."""
-    runtime.release_asked = True
-    runtime.wake.set()
-
-
 class Actions:
     def __init__(
         self, token: str | None, runtimes: Mapping[str, TargetRuntime], bus: EventBus
@@ -164,8 +158,7 @@ class Actions:
                 "(it is parked once idle for park_after)"
             )
             return _error(409, "busy", message, name)
-        runtime.park_asked = True
-        runtime.wake.set()
+        runtime.ask_park()
         return 202, "parks now: its engine drops its weights, its process stays"
 
     def release(self, runtime: TargetRuntime) -> tuple[int, str] | web.Response:
@@ -176,7 +169,7 @@ class Actions:
             busy = _busy(runtime)
             if busy is not None:
                 return _error(409, "busy", f"not released: {busy}", name)
-            _ask_release(runtime)
+            runtime.ask_release()
             return 202, "released as idle: it stops now"
         if state.phase is not Phase.READY:
             message = f"{name} is {state.phase.value}: only a ready target is released"
@@ -188,5 +181,5 @@ class Actions:
                 "(it is released once idle for idle_after)"
             )
             return _error(409, "busy", message, name)
-        _ask_release(runtime)
+        runtime.ask_release()
         return 202, "released as idle: it drains and stops now"

@@ -158,6 +158,18 @@ class TargetRuntime:
         self.activity.last_wanted = now
         self.wake.set()
 
+    def ask_park(self) -> None:
+        """An operator's park (the dashboard): parked once idle, whatever ``park_after``; an
+        input the lifecycle decides on."""
+        self.park_asked = True
+        self.wake.set()
+
+    def ask_release(self) -> None:
+        """An operator's release (the dashboard): released once nothing is at work, whatever
+        ``idle_after``; an input the lifecycle decides on (nothing of its clocks moves)."""
+        self.release_asked = True
+        self.wake.set()
+
     def waited(self) -> None:
         """Someone shows they still wait for this target (the waiting page polls): a start
         is not abandoned for ``abandon_after`` from now."""
