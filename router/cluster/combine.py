@@ -52,6 +52,8 @@ class PeerRecord:
     listed: bool = True
     """Still among the Service's endpoints."""
     error: str | None = None
+    leader: bool = False
+    """It said it holds the Lease, when it last answered."""
 
     @property
     def heard_at(self) -> float:
@@ -145,6 +147,23 @@ def word_from_json(data: Mapping[str, Any], now: float) -> Word:
         wanted_until=now + wanted_for if wanted_for > 0 else -math.inf,
         phase=str(data.get("phase") or "cold"),
     )
+
+
+RESIDENT_PHASES = frozenset({"starting", "ready", "draining"})
+"""The phases in which a target holds its GPU on the replica that says so (a parked one holds
+no weights; one parking or waking is counted where it happens)."""
+
+
+def seat_for(target: str, capacity: int, holders: Mapping[str, str]) -> str | None:
+    """Whether ``target`` may take a seat of a pool holding ``capacity`` targets at once, whose
+    seats ``holders`` hold now (target -> where: ``here``, ``on <replica>``, ``granted``):
+    ``None`` when it may (it holds one already, or one is free), else what it waits for."""
+    if target in holders:
+        return None
+    if len(holders) < capacity:
+        return None
+    held = ", ".join(f"{name} ({where})" for name, where in sorted(holders.items()))
+    return f"waiting for the GPU: held by {held}"
 
 
 def combined_to_json(c: Combined, now: float) -> dict[str, Any]:

@@ -111,6 +111,7 @@ class Peers:
         if not isinstance(targets, dict):
             raise ValueError("expected {'targets': {...}}")
         self.on_answer(record.peer.name, body)
+        record.leader = body.get("leader") is True
         record.words = {
             name: word_from_json(data, now)
             for name, data in targets.items()

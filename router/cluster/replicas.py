@@ -30,11 +30,13 @@ from typing import Any
 from backends.base import Membership, Peer
 from backends.specs import ReplicasSpec
 from router.cluster.combine import (
+    RESIDENT_PHASES,
     Combined,
     PeerRecord,
     combine,
     combined_to_json,
     own_word,
+    seat_for,
     word_to_json,
 )
 from router.cluster.peers import Peers
@@ -67,6 +69,9 @@ class Replicas:
         self.peers = Peers(membership, spec.peer_grace + max(idle_afters), self._answer, token)
         self.spend = Spend(membership.identity, self.peers.answered)
         self.fenceables: dict[str, Fenceable] = {}
+        self._granted: dict[str, float] = {}
+        """As the leader: target -> loop time until which a seat it granted counts as held
+        (until the start shows in the cluster, or in the replica's report)."""
         self.on_update: list[Callable[[], None]] = []
         """Called after every round of reads and on leadership changes."""
         self._task: asyncio.Task[None] | None = None
@@ -206,6 +211,55 @@ class Replicas:
     async def _push(self) -> None:
         peers = [r.peer for r in self.records.values()]
         await self.peers.post_all(peers, "/replicas/report", self.report())
+
+    # -- seats in a GPU pool, counted once for the cluster ----------------------------------
+
+    async def grant(self, pool: str, target: str) -> str | None:
+        """A seat of ``pool`` for ``target`` to start or wake in: granted by the leader (by
+        this replica when it leads), so two replicas never fill one seat at once; ``None``
+        when granted, else what it waits for."""
+        if self.leading():
+            return self.grant_here(pool, target)
+        now, grace = self.now, self.spec.peer_grace
+        leaders = [r for r in self.records.values() if r.leader and now - r.heard_at < grace]
+        if not leaders:
+            return "waiting for the GPU: no leader of the replicas to grant it"
+        leader = leaders[0].peer
+        body = {"pool": pool, "target": target, "replica": self.identity}
+        answer = await self.peers.post(leader, "/replicas/grant", body)
+        if answer is None:
+            return f"waiting for the GPU: the leader {leader.name} did not answer"
+        if answer.get("granted") is True:
+            return None
+        return str(answer.get("reason") or f"waiting for the GPU: refused by {leader.name}")
+
+    def grant_here(self, pool: str, target: str) -> str | None:
+        """As the leader: a seat of ``pool`` for ``target``, counting what is resident here,
+        what every other replica said is resident there, and the seats granted and not yet
+        shown (:func:`router.cluster.combine.seat_for`)."""
+        if not self.leading():
+            return "waiting for the GPU: this replica is no longer the leader"
+        members = [rt for rt in self.runtimes.values() if rt.pool and rt.pool.name == pool]
+        if not members or target not in {rt.name for rt in members}:
+            return f"no target {target!r} in a pool {pool!r} here"
+        now, grace = self.now, self.spec.peer_grace
+        heard = [r for r in self.records.values() if now - r.heard_at < grace]
+        holders: dict[str, str] = {}
+        for runtime in members:
+            name = runtime.name
+            if runtime.state.resident:
+                holders[name] = "here"
+            for record in heard:
+                word = record.words.get(name)
+                if word is not None and word.phase in RESIDENT_PHASES:
+                    holders.setdefault(name, f"on {record.peer.name}")
+            if self._granted.get(name, -math.inf) > now:
+                holders.setdefault(name, "granted")
+        capacity = members[0].pool.capacity if members[0].pool is not None else 1
+        refused = seat_for(target, capacity, holders)
+        if refused is None:
+            self._granted[target] = now + self.spec.fence_timeout
+        return refused
 
     # -- fencing --------------------------------------------------------------------------
 

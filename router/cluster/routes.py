@@ -77,6 +77,13 @@ async def unfence(request: web.Request) -> web.Response:
     return web.json_response({"fenced": False})
 
 
+async def grant(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    pool, target = str(body.get("pool") or ""), str(body.get("target") or "")
+    refused = request.app[REPLICAS].grant_here(pool, target)
+    return web.json_response({"granted": refused is None, "reason": refused})
+
+
 async def report(request: web.Request) -> web.Response:
     body = await _json_body(request)
     problem = spend_problem(body.get("budget"))
@@ -93,3 +100,4 @@ def add_routes(app: web.Application, replicas: Replicas) -> None:
     app.router.add_post("/replicas/fence", _signed(fence))
     app.router.add_post("/replicas/unfence", _signed(unfence))
     app.router.add_post("/replicas/report", _signed(report))
+    app.router.add_post("/replicas/grant", _signed(grant))

@@ -64,6 +64,11 @@ class Others(Protocol):
         ones fenced are let go again)."""
         ...
 
+    async def grant(self, pool: str, target: str) -> str | None:
+        """A seat of ``pool`` for ``target`` to start or wake in, granted by the leader, so two
+        replicas never fill one seat at once: ``None`` when granted, else what it waits for."""
+        ...
+
     async def parked_others(self, target: str) -> None:
         """Tell every other replica (fenced for it) that the leader parked ``target``."""
         ...

@@ -24,7 +24,7 @@ from router.scale.fencing import Fencing
 from router.scale.keda_mode import decide_keda, keda_owns_replicas
 from router.scale.machine import Event, Machine
 from router.scale.parking import Parking
-from router.scale.pools import How
+from router.scale.pools import How, Wait
 from router.scale.release import Release
 from router.scale.scaling import OPERATOR_RELEASE, Act, Step, View, decide, stage_now
 from router.scale.starts import StageClock
@@ -56,6 +56,8 @@ class Lifecycle:
         self.parking = Parking(self.release)
         self.adopted = False
         """The workload being probed was found running, not started here: it may be parked."""
+        self._refused: Wait | None = None
+        """The leader's last refusal of a seat in the target's pool, until it asks again."""
         if others is not None:
             others.add_fenceable(runtime.name, self)
 
@@ -139,6 +141,9 @@ class Lifecycle:
             plan = rt.pool.plan()
             turn, make_room = plan.turn(rt.name), plan.displace.get(rt.name)
             yield_after = rt.pool.yield_after
+            refused = self._refused
+            if turn is None and refused is not None and self.now < refused.until:
+                turn = refused  # the leader's answer: no seat for it in the cluster yet
         return View(
             state=rt.state,
             observation=self._obs,
@@ -207,6 +212,8 @@ class Lifecycle:
 
     async def _perform(self, step: Step) -> None:
         rt, machine = self.rt, self.machine
+        if step.act in (Act.START, Act.WAKE) and not await self._seat():
+            return  # decided again: it waits for a seat, saying why
         if step.act is Act.START:
             self.adopted = False
             self._starting(Event.START, step.reason, endpoints=(), waiting_for="")
@@ -249,6 +256,19 @@ class Lifecycle:
             await self._queue(step)
         elif await self._last_look(step):  # DRAIN, YIELD, PARK: decided again after it
             await self._stop_or_park(step)
+
+    async def _seat(self) -> bool:
+        """With several replicas, a start or wake in a GPU pool takes a seat the leader grants
+        (counted once for the cluster); refused, the answer is an input of the next decision,
+        until the others are read again."""
+        rt, others = self.rt, self.others
+        if rt.pool is None or others is None or self.keda:
+            return True
+        refused = await others.grant(rt.pool.name, rt.name)
+        self._refused = (
+            None if refused is None else Wait(refused, until=self.now + others.poll_interval)
+        )
+        return refused is None
 
     async def _last_look(self, step: Step) -> bool:
         """Before a release or a park, the engine's own queue is looked at once more (a render
