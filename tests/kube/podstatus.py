@@ -13,6 +13,8 @@ import datetime as dt
 import os
 from typing import Any
 
+from .netns import node_address
+
 Json = dict[str, Any]
 
 BAD_IMAGE = "warmgate.test/bad"
@@ -59,7 +61,7 @@ def pod_status(
     started = state.get("running") is not None
     status: Json = {
         "phase": phase,
-        "hostIP": "127.0.0.1",
+        "hostIP": node_address(),
         "startTime": (pod.get("status") or {}).get("startTime") or at,
         "conditions": [
             {"type": t, "status": s, "lastTransitionTime": at}
@@ -118,7 +120,7 @@ def node_status(name: str, gpus: int) -> Json:
             }
         ],
         "addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "InternalIP", "address": node_address()},
             {"type": "Hostname", "address": name},
         ],
         "capacity": resources,
