@@ -105,12 +105,14 @@ images:
 
 # The images built on a Debian base made with debootstrap and stand-in engine sources served from
 # 127.0.0.1 (tests/images/build.py: build times and sizes printed), then run as deploy/ runs
-# them: tests/images/test_images_built.py, and the warmgate image serving against the kube
-# suite's API server (tests/kube/test_image_on_kube.py). Needs root, podman and debootstrap.
+# them: tests/images/test_images_built.py, the warmgate image serving against the kube suite's
+# API server (tests/kube/test_image_on_kube.py), and deploy/'s single-node overlay applied with
+# warmgate's pod run from that image by the test kubelet with podman, scaling a demo engine from
+# zero and back (tests/kube/test_deploy_e2e_on_kube.py). Needs root, podman and debootstrap.
 test-images: install kube-bins
 	command -v podman >/dev/null && command -v debootstrap >/dev/null || (apt-get install -y --no-install-recommends podman buildah runc uidmap slirp4netns fuse-overlayfs debootstrap >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y --no-install-recommends podman buildah runc uidmap slirp4netns fuse-overlayfs debootstrap >/dev/null))
 	CONTAINER_ENGINE=podman $(BIN)/python -m tests.images.build
-	CONTAINER_ENGINE=podman WARMGATE_IMAGES=1 WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q -rP tests/images/test_images_built.py tests/kube/test_image_on_kube.py
+	CONTAINER_ENGINE=podman WARMGATE_IMAGES=1 WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q -rP tests/images/test_images_built.py tests/kube/test_image_on_kube.py tests/kube/test_deploy_e2e_on_kube.py
 
 bench: install
 	command -v wrk >/dev/null && command -v nginx >/dev/null || (apt-get install -y nginx wrk >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y nginx wrk))

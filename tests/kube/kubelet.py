@@ -28,6 +28,7 @@ import itertools
 import os
 import signal
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .containers import container_name, podman_argv, runs_in_podman
 from .netns import pod_address
 from .podstatus import (
     CRASH_LOOP_AFTER,
@@ -43,6 +45,7 @@ from .podstatus import (
     command_line,
     node_status,
     now,
+    pod_env,
     pod_status,
     probe_port,
     pull_seconds,
@@ -314,6 +317,10 @@ class TestKubelet:
         could not be started, and the pod is reported ``Failed``)."""
         meta = w.pod["metadata"]
         argv, env = command_line(w.pod, c, w.host, w.port, self.node_name)
+        if runs_in_podman(w.pod):  # its image, with podman (containers.py)
+            own = pod_env(w.pod, c, w.host, w.port, self.node_name)
+            root = (self.log_dir or Path(tempfile.gettempdir())) / f"volumes-{meta['uid']}"
+            argv, env = await podman_argv(self.api, w.pod, c, own, root), dict(os.environ)
         out: Any = asyncio.subprocess.DEVNULL
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -419,3 +426,15 @@ class TestKubelet:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+        if runs_in_podman(w.pod):  # its container outlives a killed `podman run`
+            rm = await asyncio.create_subprocess_exec(
+                "podman",
+                "rm",
+                "-f",
+                "-t",
+                "0",
+                container_name(w.pod),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await rm.wait()
