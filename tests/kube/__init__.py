@@ -1,5 +1,8 @@
-"""A real Kubernetes control plane (v1.20.2) plus a test kubelet for the tests.
+"""A real Kubernetes control plane (v1.20.2 by default, or any version from 1.20 on) plus a test
+kubelet for the tests.
 
 cluster.py starts etcd + kube-apiserver + kube-controller-manager (binaries from
-``make kube-bins``); kubelet.py runs pods as local processes; fixtures.py has pytest fixtures.
+``make kube-bins``, or ``$WARMGATE_KUBE_BIN``; flags.py picks their flags by version); netns.py
+makes the pod network; kubelet.py runs pods as local processes (containers.py: or from a local
+image with podman); fixtures.py has pytest fixtures.
 """

@@ -1,6 +1,7 @@
 """A real, throwaway Kubernetes control plane for tests: etcd + kube-apiserver +
-kube-controller-manager + kube-scheduler (v1.20.2, built by tools/kube/build.sh), on free
-loopback ports.
+kube-controller-manager + kube-scheduler, on free loopback ports. Any Kubernetes from 1.20 on:
+the binaries come from ``$WARMGATE_KUBE_BIN`` (or envtest's ``$KUBEBUILDER_ASSETS``), by
+default v1.20.2 built by tools/kube/build.sh; flags.py picks the flags by their version.
 
 Plain module (no pytest): ``with KubeCluster.start() as c: ...``. Nothing runs pods; see
 kubelet.py for the test kubelet. The scheduler binds pods to the test kubelet's Node (which
@@ -14,6 +15,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -31,7 +33,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import netns
+from .flags import (
+    KubeVersion,
+    apiserver_flags,
+    controller_manager_flags,
+    makes_token_secrets,
+    scheduler_flags,
+)
+
 KUBE_VERSION = "v1.20.2"
+DEFAULT_VERSION = KubeVersion.parse(KUBE_VERSION)
 DEFAULT_CACHE = "/var/cache/warmgate-kube"
 CONTROLLERS = (
     "deployment,replicaset,endpointslice,serviceaccount,serviceaccount-token,"
@@ -51,19 +63,52 @@ class KubeBinaries:
     scheduler: Path | None = None
     """kube-scheduler, when the cache has it (``None``: pods are bound by the test kubelet)."""
 
+    version: KubeVersion = DEFAULT_VERSION
+    """kube-apiserver's own (``--version``): the flags and the ServiceAccount tokens follow it."""
+
+    @classmethod
+    def directory(cls) -> tuple[Path, str]:
+        """Where the binaries are, and which setting said so."""
+        for name in ("WARMGATE_KUBE_BIN", "KUBEBUILDER_ASSETS"):
+            if os.environ.get(name):
+                return Path(os.environ[name]), name
+        cache = Path(os.environ.get("WARMGATE_KUBE_CACHE") or DEFAULT_CACHE) / KUBE_VERSION
+        return cache, "the default (make kube-bins)"
+
     @classmethod
     def find(cls) -> KubeBinaries | None:
-        """The cached build (``$WARMGATE_KUBE_CACHE/v1.20.2``) and Debian's etcd, or None."""
-        cache = Path(os.environ.get("WARMGATE_KUBE_CACHE") or DEFAULT_CACHE) / KUBE_VERSION
-        etcd = os.environ.get("WARMGATE_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
-        scheduler = cache / "kube-scheduler"
+        """kube-apiserver, kube-controller-manager (and kube-scheduler, and etcd when there)
+        from ``$WARMGATE_KUBE_BIN``, else ``$KUBEBUILDER_ASSETS`` (envtest's), else the
+        cached 1.20 build; etcd from that directory, else ``$WARMGATE_ETCD``, else Debian's.
+        None when one is missing (``missing_in`` says which)."""
+        d, _ = cls.directory()
+        etcd = (
+            d / "etcd"
+            if os.access(d / "etcd", os.X_OK)
+            else Path(os.environ.get("WARMGATE_ETCD") or shutil.which("etcd") or "/usr/bin/etcd")
+        )
+        scheduler = d / "kube-scheduler"
         found = cls(
-            cache / "kube-apiserver",
-            cache / "kube-controller-manager",
-            Path(etcd),
+            d / "kube-apiserver",
+            d / "kube-controller-manager",
+            etcd,
             scheduler if os.access(scheduler, os.X_OK) else None,
         )
-        return found if found.missing() == [] else None
+        if found.missing():
+            return None
+        said = subprocess.run(
+            [str(found.apiserver), "--version"], capture_output=True, text=True, check=False
+        )
+        return dataclasses.replace(found, version=KubeVersion.parse(said.stdout + said.stderr))
+
+    @classmethod
+    def missing_in(cls) -> str:
+        """What find() did not find, for the skip or failure message."""
+        d, said_by = cls.directory()
+        bins = cls(d / "kube-apiserver", d / "kube-controller-manager", d / "etcd")
+        etcd = os.environ.get("WARMGATE_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
+        gone = [p for p in bins.missing() if not (p.endswith("/etcd") and os.access(etcd, 1))]
+        return f"{', '.join(gone)} not found (binaries from {said_by}: {d})"
 
     def missing(self) -> list[str]:
         return [
@@ -127,8 +172,8 @@ def generate_pki(d: Path) -> None:
         "extendedKeyUsage=serverAuth\n"
         "subjectKeyIdentifier=hash\n"
         "authorityKeyIdentifier=keyid\n"
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
-        "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
+        f"subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:{netns.API_ADDRESS},DNS:localhost,"
+        "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
     )
     _openssl(
         "req",
@@ -243,6 +288,7 @@ class KubeCluster:
         self.apiserver_start_seconds: float | None = None
         self._ssl: ssl.SSLContext | None = None
         w = str(self.workdir)
+        advertise = netns.API_ADDRESS if netns.pod_network_routed() else None
         self._etcd = _Proc(
             "etcd",
             [
@@ -271,7 +317,6 @@ class KubeCluster:
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={api_port}",
-                "--insecure-port=0",
                 f"--tls-cert-file={w}/server.crt",
                 f"--tls-private-key-file={w}/server.key",
                 f"--client-ca-file={w}/ca.crt",
@@ -283,6 +328,7 @@ class KubeCluster:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--api-audiences=https://kubernetes.default.svc",
                 "--enable-priority-and-fairness=false",
+                *apiserver_flags(binaries.version, advertise),
             ],
             self.workdir / "kube-apiserver.log",
         )
@@ -293,7 +339,7 @@ class KubeCluster:
                 f"--kubeconfig={self.kubeconfig_path}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={kcm_port}",
-                "--port=0",
+                *controller_manager_flags(binaries.version),
                 "--leader-elect=false",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={w}/sa.key",
@@ -311,7 +357,7 @@ class KubeCluster:
                     f"--kubeconfig={self.kubeconfig_path}",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={scheduler_port}",
-                    "--port=0",
+                    *scheduler_flags(binaries.version),
                     "--leader-elect=false",
                 ],
                 self.workdir / "kube-scheduler.log",
@@ -320,6 +366,10 @@ class KubeCluster:
             else None
         )
         self._endpointslice_version: str | None = None
+
+    @property
+    def version(self) -> KubeVersion:
+        return self.binaries.version
 
     @property
     def has_scheduler(self) -> bool:
@@ -515,7 +565,8 @@ class KubeCluster:
     def service_account_token(
         self, namespace: str, name: str, create: bool = True, timeout: float = 30.0
     ) -> str:
-        """The token of a ServiceAccount, read from its auto-created secret (1.20 makes one).
+        """A token of a ServiceAccount: from the TokenRequest API (served from 1.20 with the
+        issuer flags set here), else from the Secret the controller-manager makes before 1.24.
         Creates the ServiceAccount if missing (and create is true)."""
         sa_path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}"
         if create and self._get_json(sa_path) is None:
@@ -526,8 +577,20 @@ class KubeCluster:
             )
             if status not in (201, 409):
                 raise KubeClusterError(f"creating ServiceAccount {namespace}/{name}: {body}")
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 86400},
+        }
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            status, body = self.request("POST", f"{sa_path}/token", request)
+            if status == 201:
+                return str(body["status"]["token"])
+            if status == 404 and self._get_json(sa_path) is not None:
+                break  # the ServiceAccount is there, the subresource is not: Secrets
+            time.sleep(0.2)
+        while makes_token_secrets(self.version) and time.monotonic() < deadline:
             sa = self._get_json(sa_path) or {}
             for ref in sa.get("secrets") or []:
                 secret = self._get_json(f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}")
@@ -535,7 +598,7 @@ class KubeCluster:
                 if token:
                     return base64.b64decode(token).decode()
             time.sleep(0.2)
-        raise KubeClusterError(f"no token secret for ServiceAccount {namespace}/{name}")
+        raise KubeClusterError(f"no token for ServiceAccount {namespace}/{name}")
 
     def service_account_kubeconfig(
         self, namespace: str, name: str, create: bool = True, path: Path | None = None

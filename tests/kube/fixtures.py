@@ -21,8 +21,28 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from . import netns
 from .cluster import KubeBinaries, KubeCluster, new_api_client
+from .flags import makes_token_secrets
 from .kubelet import TestKubelet
+
+_no_pod_network: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Into a network namespace with the pod network (netns.py) before any test or thread
+    runs, so the test kubelet's pods get addresses that every Kubernetes version publishes;
+    only when the run holds tests/kube (other tests may need the network outside)."""
+    global _no_pod_network  # said once per process, before any test
+    if _runs_kube_tests(config.args, Path(config.invocation_params.dir)):
+        _no_pod_network = netns.enter()
+
+
+def _runs_kube_tests(args: list[str], root: Path) -> bool:
+    """Whether the paths pytest was given hold tests/kube (none given: the whole suite)."""
+    kube = (Path(__file__).parent).resolve()
+    paths = [(root / a.split("::")[0]).resolve() for a in args if not a.startswith("-")]
+    return not paths or any(p == kube or p in kube.parents or kube in p.parents for p in paths)
 
 
 @pytest.fixture(scope="session", name="kube_cluster")
@@ -32,12 +52,19 @@ def kube_cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     bins = KubeBinaries.find()
     if bins is None:
         msg = (
-            "kube-apiserver/kube-controller-manager v1.20.2 or etcd not found "
-            "(run `make kube-bins`; cache: $WARMGATE_KUBE_CACHE or /var/cache/warmgate-kube)"
+            f"{KubeBinaries.missing_in()}: run `make kube-bins` for v1.20.2, or set "
+            "WARMGATE_KUBE_BIN to a directory holding another version's (docs/kubernetes.md)"
         )
         if os.environ.get("WARMGATE_KUBE_REQUIRED"):
             pytest.fail(msg + " and WARMGATE_KUBE_REQUIRED is set", pytrace=False)
         pytest.skip(msg)
+    if _no_pod_network is not None and bins.version.at_least(1, 21):
+        # From 1.21 (discovery.k8s.io/v1) an EndpointSlice refuses a loopback address.
+        pytest.fail(
+            f"Kubernetes {bins.version.text} publishes no loopback pod addresses, and the "
+            f"pod network could not be made: {_no_pod_network}",
+            pytrace=False,
+        )
     # A short path: the directory holds the etcd data and the PKI.
     cluster = KubeCluster.start(bins, Path(tmp_path_factory.mktemp("kube")))
     try:
@@ -69,30 +96,35 @@ async def kubelet_fixture(kube_cluster: KubeCluster, tmp_path: Path) -> AsyncIte
 
 
 @pytest.fixture(name="kube_namespace")
-async def kube_namespace_fixture(kube_client: client.ApiClient) -> AsyncIterator[str]:
+async def kube_namespace_fixture(
+    kube_cluster: KubeCluster, kube_client: client.ApiClient
+) -> AsyncIterator[str]:
     """A fresh namespace, deleted afterwards (without waiting for it to go). Its pods are
     force-deleted, so none are left for a later test's kubelet to clean up."""
     core = client.CoreV1Api(kube_client)
     name = f"t-{uuid.uuid4().hex[:10]}"
     await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
-        await _default_service_account(core, name)
+        await _default_service_account(core, name, makes_token_secrets(kube_cluster.version))
         yield name
     finally:
         await core.delete_namespace(name)  # Terminating: no new pods from here on
         await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
 
 
-async def _default_service_account(core: client.CoreV1Api, namespace: str) -> None:
-    """Until the controller-manager has made the namespace's ``default`` ServiceAccount and its
-    token (1.20's admission mounts it into every pod), no pod may be created there: a Deployment
-    scaled up meanwhile reports ``ReplicaFailure``, which warmgate rightly takes for a failed
-    start. A namespace in a real cluster has had both long before anything is deployed."""
+async def _default_service_account(
+    core: client.CoreV1Api, namespace: str, token_secret: bool
+) -> None:
+    """Until the controller-manager has made the namespace's ``default`` ServiceAccount (and,
+    before 1.24, its token Secret, which 1.20's admission mounts into every pod), no pod may be
+    created there: a Deployment scaled up meanwhile reports ``ReplicaFailure``, which warmgate
+    rightly takes for a failed start. A namespace in a real cluster has had both long before
+    anything is deployed."""
     async with asyncio.timeout(30):
         while True:
             try:
                 account = await core.read_namespaced_service_account("default", namespace)
-                if account.secrets:
+                if account.secrets or not token_secret:
                     return
             except ApiException as exc:
                 if exc.status != 404:

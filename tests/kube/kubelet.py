@@ -3,11 +3,11 @@
 It registers a Ready Node that advertises ``nvidia.com/gpu: 1`` (an extended resource, so the
 real kube-scheduler decides who gets the GPU), and runs each pod bound to it as a local process:
 the first container's ``command + args`` with its ``env`` (over this process's env), where
-``{host}`` and ``{port}`` are replaced by the pod's own loopback address (127.0.0.N, N >= 2) and
-its container port. ``status.podIP`` is that address, so the real EndpointSlice controller
-publishes it. The pod turns Ready once its readinessProbe ``httpGet`` answers 2xx/3xx on that
-address (at once when it has no probe), not-ready when the probe fails. Pods being deleted have
-their process stopped and are force-deleted.
+``{host}`` and ``{port}`` are replaced by the pod's own address (10.244.x.y on the pod network of
+netns.py, else 127.0.0.N) and its container port. ``status.podIP`` is that address, so the real
+EndpointSlice controller publishes it. The pod turns Ready once its readinessProbe ``httpGet``
+answers 2xx/3xx on that address (at once when it has no probe), not-ready when the probe fails.
+Pods being deleted have their process stopped and are force-deleted.
 
 Image pulls are simulated with real statuses (podstatus.py): a ``warmgate.test/pull-seconds``
 annotation keeps the pod ``ContainerCreating`` that long; an image named ``warmgate.test/bad:...``
@@ -28,6 +28,7 @@ import itertools
 import os
 import signal
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,15 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .containers import container_name, podman_argv, runs_in_podman
+from .netns import pod_address
 from .podstatus import (
     CRASH_LOOP_AFTER,
     bad_image,
     command_line,
     node_status,
     now,
+    pod_env,
     pod_status,
     probe_port,
     pull_seconds,
@@ -55,13 +59,13 @@ _addresses = itertools.count(2)
 
 
 def next_pod_address(port: int) -> str:
-    """The next unused 127.0.0.N address (N counts up from 2 per test process) whose
-    ``port`` is bindable (Linux routes all of 127.0.0.0/8 to loopback)."""
+    """The next unused pod address (netns.pod_address: 10.244.x.y on the pod network, else
+    127.x.y.z; counting up from 2 per test process) whose ``port`` is bindable."""
     while True:
         n = next(_addresses)
-        host = f"127.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
-        if n & 255 in (0, 255) or n >= 1 << 24:
+        if n & 255 in (0, 255) or n >= 1 << 16:
             continue
+        host = pod_address(n)
         with socket.socket() as s:
             try:
                 s.bind((host, port))
@@ -313,6 +317,10 @@ class TestKubelet:
         could not be started, and the pod is reported ``Failed``)."""
         meta = w.pod["metadata"]
         argv, env = command_line(w.pod, c, w.host, w.port, self.node_name)
+        if runs_in_podman(w.pod):  # its image, with podman (containers.py)
+            own = pod_env(w.pod, c, w.host, w.port, self.node_name)
+            root = (self.log_dir or Path(tempfile.gettempdir())) / f"volumes-{meta['uid']}"
+            argv, env = await podman_argv(self.api, w.pod, c, own, root), dict(os.environ)
         out: Any = asyncio.subprocess.DEVNULL
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -418,3 +426,15 @@ class TestKubelet:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+        if runs_in_podman(w.pod):  # its container outlives a killed `podman run`
+            rm = await asyncio.create_subprocess_exec(
+                "podman",
+                "rm",
+                "-f",
+                "-t",
+                "0",
+                container_name(w.pod),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await rm.wait()

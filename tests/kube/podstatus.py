@@ -13,6 +13,8 @@ import datetime as dt
 import os
 from typing import Any
 
+from .netns import node_address
+
 Json = dict[str, Any]
 
 BAD_IMAGE = "warmgate.test/bad"
@@ -59,7 +61,7 @@ def pod_status(
     started = state.get("running") is not None
     status: Json = {
         "phase": phase,
-        "hostIP": "127.0.0.1",
+        "hostIP": node_address(),
         "startTime": (pod.get("status") or {}).get("startTime") or at,
         "conditions": [
             {"type": t, "status": s, "lastTransitionTime": at}
@@ -118,7 +120,7 @@ def node_status(name: str, gpus: int) -> Json:
             }
         ],
         "addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "InternalIP", "address": node_address()},
             {"type": "Hostname", "address": name},
         ],
         "capacity": resources,
@@ -160,19 +162,24 @@ def command_line(
 ) -> tuple[list[str], dict[str, str]]:
     """The container's ``command + args`` and its environment over this process's, with
     ``{host}`` and ``{port}`` filled in and the Downward API's fields a pod may ask for."""
-    meta = pod["metadata"]
     argv = [
         _subst(a, host, port)
         for a in (container.get("command") or []) + (container.get("args") or [])
     ]
-    env = dict(os.environ)
+    return argv, {**os.environ, **pod_env(pod, container, host, port, node)}
+
+
+def pod_env(pod: Json, container: Json, host: str, port: int, node: str) -> dict[str, str]:
+    """The container's own ``env``: values, and the Downward API's fields."""
+    meta = pod["metadata"]
     fields = {
         "status.podIP": host,
         "metadata.name": meta["name"],
         "metadata.namespace": meta["namespace"],
         "spec.nodeName": node,
     }
+    env = {}
     for e in container.get("env") or []:
         ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         env[e["name"]] = fields.get(ref, "") if ref else _subst(e.get("value") or "", host, port)
-    return argv, env
+    return env

@@ -5,6 +5,7 @@ a watch across an apiserver restart, and a ServiceAccount client limited by RBAC
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import sys
 from collections import defaultdict
@@ -19,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .cluster import KubeCluster, new_api_client
 from .kubelet import TestKubelet
+from .netns import node_address, pod_address
 from .workloads import deployment, engine_service
 
 PORT = 8080
@@ -60,9 +62,10 @@ def ready_addresses(slice_: dict[str, Any]) -> list[str]:
     ]
 
 
-async def test_loopback_addresses_bind() -> None:
-    """Linux routes all of 127.0.0.0/8 to lo: the test kubelet gives each pod its own."""
-    for host in ("127.0.0.2", "127.0.3.7"):
+async def test_pod_addresses_bind() -> None:
+    """Linux routes all of 127.0.0.0/8 to lo, and netns.py routes the pod network there: the
+    test kubelet gives each pod its own address."""
+    for host in (pod_address(2), pod_address(3 << 8 | 7)):
         with socket.socket() as s:
             s.bind((host, 0))
             s.listen()
@@ -71,9 +74,10 @@ async def test_loopback_addresses_bind() -> None:
 
 
 async def test_endpointslice_version_is_discovered(kube_cluster: KubeCluster) -> None:
-    assert kube_cluster.endpointslice_api_version == "discovery.k8s.io/v1beta1"  # 1.20
+    served = "v1" if kube_cluster.version.at_least(1, 21) else "v1beta1"
+    assert kube_cluster.endpointslice_api_version == f"discovery.k8s.io/{served}"
     status, body = kube_cluster.request("GET", "/version")
-    assert status == 200 and body["gitVersion"] == "v1.20.2"
+    assert status == 200 and body["gitVersion"] == kube_cluster.version.text
 
 
 async def test_scale_zero_one_zero(
@@ -105,7 +109,8 @@ async def test_scale_zero_one_zero(
         label_selector=f"kubernetes.io/service-name={name}",
     )
     (addr,) = ready_addresses(slice_)
-    assert addr.startswith("127.") and addr != "127.0.0.1"
+    assert addr == pod_address(int(ipaddress.ip_address(addr)) & 0xFFFF)
+    assert addr not in (node_address(), "127.0.0.1")
     assert [p["port"] for p in slice_["ports"]] == [PORT]
     pods = (await core.list_namespaced_pod(ns, label_selector=f"app={name}")).items
     assert [p.status.pod_ip for p in pods] == [addr]

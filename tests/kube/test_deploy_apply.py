@@ -1,10 +1,11 @@
 """deploy/'s core objects (the PriorityClasses included) applied with kubectl to the real test
-API server (v1.20.2). Kinds it does not know (DRA's ResourceClaimTemplate, Gateway API, Flux)
-and the pod fields that refer to DRA claims are left out here, and the PodDisruptionBudget goes
-in as policy/v1beta1 (policy/v1 came with 1.21, same fields); tests/test_deploy.py validates all
-of them offline against a current schema. Then warmgate's ServiceAccount does, with its own
-token, what several replicas do in namespace warmgate: take and renew the leader Lease, list the
-peers' EndpointSlices."""
+API server, in the versions it serves: what it does not serve (DRA's ResourceClaim(Template)s
+and the pods' claim fields before 1.34) is left out, and the PodDisruptionBudget goes in as the
+policy version it serves (policy/v1 from 1.21, same fields); CRD kinds are sent by
+test_deploy_dry_run.py, and tests/test_deploy.py validates all of them offline against a current
+schema. Then warmgate's ServiceAccount does, with its own token, what several replicas do in
+namespace warmgate: take and renew the leader Lease, list the peers' EndpointSlices; and what
+it does in namespace render: scale a render Deployment, and no more."""
 
 from __future__ import annotations
 
@@ -19,31 +20,18 @@ import pytest
 from tests.deploy_tree import CRD_KINDS, build, kubectl
 
 from .cluster import KubeCluster
+from .crds import DRA, as_served, served_versions
 
-LATER_THAN_1_20 = {"ResourceClaimTemplate"}
 ROUTER = "system:serviceaccount:warmgate:warmgate"
 LEASE, PEERS = "warmgate-leader", "warmgate-peers"
 
 
-def for_1_20(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without the DRA claim fields (Kubernetes 1.31+), which 1.20 rejects; a
-    PodDisruptionBudget in the version 1.20 serves."""
-    if obj["kind"] == "PodDisruptionBudget" and obj["apiVersion"] == "policy/v1":
-        obj["apiVersion"] = "policy/v1beta1"
-    pod = obj.get("spec", {}).get("template", {}).get("spec")
-    if obj["kind"] == "Deployment" and pod is not None:
-        pod.pop("resourceClaims", None)
-        for container in pod["containers"]:
-            container.get("resources", {}).pop("claims", None)
-    return obj
-
-
-def core_objects(tree: str) -> list[dict[str, Any]]:
-    return [
-        for_1_20(o)
-        for o in build(tree)
-        if (o["apiVersion"], o["kind"]) not in CRD_KINDS and o["kind"] not in LATER_THAN_1_20
-    ]
+def core_objects(tree: str, served: set[str]) -> list[dict[str, Any]]:
+    """The tree's built-in objects, as the server can take them (crds.as_served)."""
+    objects, _ = as_served(
+        [o for o in build(tree) if (o["apiVersion"], o["kind"]) not in CRD_KINDS], served
+    )
+    return objects
 
 
 class Kubectl:
@@ -67,6 +55,11 @@ class Kubectl:
         )
         assert done.returncode == 0 or not check, f"kubectl {' '.join(args)}:\n{done.stderr}"
         return done
+
+    def said(self, *args: str) -> str:
+        """Run it, failing or not; all it printed."""
+        done = self._run(*args, check=False)
+        return done.stdout + done.stderr
 
     def run_checked(self, *args: str) -> bool:
         """Run it; whether it succeeded."""
@@ -112,7 +105,8 @@ async def gone(k: Kubectl) -> None:
 
 async def act_as_the_router(cluster: KubeCluster) -> None:
     """With warmgate's own token: the Lease as leader election uses it (create, get, a
-    conditional update; a stale one is a conflict), and the peers' EndpointSlices."""
+    conditional update; a stale one is a conflict), the peers' EndpointSlices, and a render
+    Deployment's scale; what the Role does not grant is refused."""
     kubeconfig = await asyncio.to_thread(
         cluster.service_account_kubeconfig, "warmgate", "warmgate", False
     )
@@ -156,15 +150,31 @@ async def act_as_the_router(cluster: KubeCluster) -> None:
             await asyncio.sleep(0.2)
     assert owners == {("Service", PEERS)}
     assert "forbidden" in await sa.refused("get", "pods", "-n", "warmgate")
+    # In render: what scaling from zero takes works (the Scale read and patched, the
+    # Deployment and its pods watched), and what it does not take is refused.
+    await sa("scale", "deployment/comfyui", "-n", "render", "--replicas=1")
+    scaled = json.loads(await sa("get", "deployment/comfyui", "-n", "render", "-o=json"))
+    assert scaled["spec"]["replicas"] == 1
+    await sa("scale", "deployment/comfyui", "-n", "render", "--replicas=0")
+    await sa("get", "pods", "-n", "render")
+    for refused in (
+        ["delete", "deployment/comfyui", "-n", "render"],
+        ["delete", "pod/anything", "-n", "render"],
+        ["get", "secrets", "-n", "render"],
+        ["create", "deployment", "other", "--image=x", "-n", "render"],
+    ):
+        assert "forbidden" in await sa.refused(*refused), refused
 
 
 @pytest.mark.parametrize("tree", ["base", "overlays/single-node"])
 async def test_the_core_objects_apply_to_a_real_api_server(
     kube_cluster: KubeCluster, tree: str
 ) -> None:
-    objects = core_objects(tree)
+    served = served_versions(kube_cluster)
+    objects = core_objects(tree, served)
     one_replica = {"PodDisruptionBudget"} if tree == "overlays/single-node" else set()
-    assert {o["kind"] for o in objects} | one_replica == {
+    dra = {"ResourceClaimTemplate"} if DRA in served else set()
+    assert {o["kind"] for o in objects} | one_replica == dra | {
         "PodDisruptionBudget",
         "NetworkPolicy",
         "Namespace",
