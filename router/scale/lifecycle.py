@@ -64,6 +64,7 @@ class Lifecycle:
     async def open(self) -> None:
         await self.rt.backend.open(self._observed)
         await self.rt.learned.restore()  # after open: a backend's own store reads its objects
+        await self.rt.timeline.open()
         if self.rt.backend.always_on:
             self.machine.apply(Event.ENDPOINTS, endpoints=self._obs.endpoints)
             return
@@ -78,6 +79,7 @@ class Lifecycle:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.rt.learned.close()
+        await self.rt.timeline.close()
         await self.rt.backend.close()
         await self.rt.engine.close()
 
