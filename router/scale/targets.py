@@ -19,6 +19,7 @@ from router.scale.engine_queue import EngineQueue
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.learned import Learned
 from router.scale.pools import Seats
+from router.scale.rollout import RolloutWatch
 from router.scale.state import Phase, StateCell, TargetState
 from router.scale.timeline import Timeline
 
@@ -74,6 +75,15 @@ class TargetRuntime:
         """Its day as a strip of phases, recorded from its state cell (never writing it)."""
         self.cell.subscribe(self.timeline.on_state)
         self.timeline.sample(initial)
+        self.rollout = RolloutWatch(
+            name,
+            loop,
+            spec.scaling.rollout_timeout,
+            metrics.rollout_failures.labels(name),
+            spec.readiness.path,
+        )
+        """Its rollouts, followed and reported (Kubernetes), from observations and its cell."""
+        self.cell.subscribe(self.rollout.on_state)
         self.activity.on_resume = self._resumed
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
