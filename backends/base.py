@@ -15,6 +15,26 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
+class Rollout:
+    """A workload's declared version against what runs (a Kubernetes Deployment's pod template
+    against its pods): what warmgate reports of a rollout it never makes."""
+
+    declared: str
+    """The image(s) the pod template names now."""
+    running: str
+    """The image(s) of the pods ready now (empty: none ready)."""
+    updated: int
+    """Pods of the declared template (``status.updatedReplicas``)."""
+    ready: int
+    """Ready pods of the declared template that serve (all of them once converged)."""
+    replicas: int
+    """Pods asked for (0: scaled to zero, verified at the next cold start)."""
+    settled: bool
+    """The cluster has seen the declared template (``observedGeneration``) and every pod asked
+    for runs it, ready."""
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What a backend sees of its workload right now. Replaced whole on every change."""
 
@@ -38,6 +58,8 @@ class Observation:
     failure_reason: str | None = None
     """With ``failure``: the short cause of a start that can never succeed as it is
     (``ErrImagePull``, ``CrashLoopBackOff``): it fails at once, not at ``cold_start_timeout``."""
+    rollout: Rollout | None = None
+    """The declared version against what runs, where the backend can tell (Kubernetes)."""
 
 
 Stage = Literal["scheduling", "unschedulable", "preempting", "pulling", "starting", "loading"]

@@ -98,6 +98,7 @@ def build_apps(config: Config) -> Apps:
         )
         # what it learns survives restarts: on its Deployment, or in a file under state_dir
         runtime.learned.store = own_store(backend) or _file_store(config, f"{name}.")
+        runtime.timeline.store = runtime.learned.store  # its day, beside what it learned
     replicas = (
         Replicas(
             make_membership(

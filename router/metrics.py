@@ -149,6 +149,13 @@ class Metrics:
             namespace=ns,
             registry=r,
         )
+        self.rollout_failures = Counter(
+            "rollout_failures",
+            "Rollouts of a target that did not converge within scaling.rollout_timeout",
+            ["target"],
+            namespace=ns,
+            registry=r,
+        )
         self.pool_waits = Counter(
             "pool_waits",
             "Starts or wakes that had to wait for room in their GPU pool",

@@ -103,6 +103,13 @@ def _gpu(t: dict[str, Any]) -> str:
     return f"{total:.0f} ({gpu['busy']:.0f} busy)" if total else "0"
 
 
+def _ttft(ttft: dict[str, Any] | None) -> str:
+    """``local 0.42/1.30s cloud 0.80/2.10s``: p50/p95 of the window; ``-`` before any."""
+    if not ttft:
+        return "-"
+    return " ".join(f"{where} {v['p50']:.2f}/{v['p95']:.2f}s" for where, v in ttft.items())
+
+
 def render(view: dict[str, Any], out: TextIO) -> None:
     now = float(view.get("now") or time.time())
     rows: list[tuple[str, ...]] = [
@@ -127,7 +134,7 @@ def render(view: dict[str, Any], out: TextIO) -> None:
         return
     spend = api["spend_today_by_cloud"]
     print(file=out)
-    rows = [("MODEL", "KIND", "DECISIONS (1H)", "CLOUD SPEND TODAY", "PLACEMENTS")]
+    rows = [("MODEL", "KIND", "DECISIONS (1H)", "CLOUD SPEND TODAY", "TTFT P50/P95", "PLACEMENTS")]
     decisions: dict[str, int]
     for name, m in api["models"].items():
         decisions = {}
@@ -135,7 +142,8 @@ def render(view: dict[str, Any], out: TextIO) -> None:
             decisions[d["placement"]] = decisions.get(d["placement"], 0) + d["count"]
         said = " ".join(f"{p}:{n}" for p, n in decisions.items()) or "-"
         clouds = " ".join(f"{c} {usd(spend.get(c, 0.0))}" for c in m["clouds"]) or "-"
-        rows.append((str(name), str(m["kind"]), said, clouds, ", ".join(m["placements"])))
+        placements = ", ".join(m["placements"])
+        rows.append((str(name), str(m["kind"]), said, clouds, _ttft(m.get("ttft")), placements))
     table(rows, out)
     b = api["budget"]
     print(

@@ -125,6 +125,7 @@ async def test_the_rules_name_only_metrics_warmgate_exports() -> None:
         "WarmgateHoldsTimingOut",
         "WarmgateCloudBudget80",
         "WarmgateNoLeader",
+        "WarmgateRolloutNotConverged",
     }
     assert all(rule["labels"]["severity"] for rule in alerts.values())
 
@@ -158,7 +159,7 @@ def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
         [tool, "check", "rules", str(plain_rules(tmp_path))], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 5 rules found" in out.stdout
+    assert "SUCCESS: 6 rules found" in out.stdout
 
 
 def test_the_alerts_pass_promtool_unit_tests(tmp_path: Path) -> None:

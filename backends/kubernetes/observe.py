@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from backends.base import Observation
+from backends.base import Observation, Rollout
 from backends.kubernetes.api import Json
 from backends.kubernetes.stages import start_stage
 from backends.specs import KubernetesBackend as KubernetesSpec
@@ -66,6 +66,46 @@ def replica_failure(deployment: Json | None) -> str | None:
     return None
 
 
+def images(pod_spec: Json | None) -> str:
+    """The images a pod spec runs, in order (its containers')."""
+    containers = (pod_spec or {}).get("containers") or ()
+    return ", ".join(str(c.get("image") or "?") for c in containers)
+
+
+def _ready(pod: Json) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def rollout(deployment: Json | None, pods: Iterable[Json] | None) -> Rollout | None:
+    """The pod template's image(s) against the ready pods' (``None``: no Deployment, or no
+    container in its template)."""
+    if deployment is None:
+        return None
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec")
+    declared = images(template)
+    if not declared:
+        return None
+    status = deployment.get("status") or {}
+    replicas = spec_replicas(deployment)
+    ready_pods = [pod for pod in pods or () if _ready(pod)]
+    running = sorted({images(pod.get("spec")) for pod in ready_pods})
+    on_declared = sum(1 for pod in ready_pods if images(pod.get("spec")) == declared)
+    generation = (deployment.get("metadata") or {}).get("generation")
+    seen = generation is None or status.get("observedGeneration") == generation
+    updated = int(status.get("updatedReplicas") or 0)
+    settled = (
+        seen
+        and replicas > 0
+        and updated >= replicas
+        and on_declared >= replicas
+        and len(ready_pods) == on_declared
+    )
+    return Rollout(declared, " | ".join(running), updated, on_declared, replicas, settled)
+
+
 def observe(
     spec: KubernetesSpec,
     deployment: Json | None,
@@ -85,8 +125,16 @@ def observe(
     endpoints = endpoint_urls(spec, ready_addresses(slices)) if running else ()
     failure = refused or (replica_failure(deployment) if running else None)
     degraded = "; ".join(problems) or None
+    pods = None if pods is None else list(pods)
+    version = rollout(deployment, pods)
     if not running or pods is None:
-        return Observation(running=running, endpoints=endpoints, failure=failure, degraded=degraded)
+        return Observation(
+            running=running,
+            endpoints=endpoints,
+            failure=failure,
+            degraded=degraded,
+            rollout=version,
+        )
     stage = start_stage(pods)
     if failure is None and stage.failure_reason is not None:
         failure = f"{stage.failure_reason}: {stage.message}"
@@ -98,6 +146,7 @@ def observe(
         stage=stage.stage,
         stage_message=stage.message if stage.failure_reason is None else "",
         failure_reason=stage.failure_reason if failure is not None else None,
+        rollout=version,
     )
 
 

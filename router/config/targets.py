@@ -140,6 +140,10 @@ class Scaling(Frozen):
     work."""
     cold_start_timeout: Duration = 300.0
     """Longest a request is held for a cold start; heavy render images take ~2 minutes."""
+    rollout_timeout: Duration = 600.0
+    """Longest a rollout (a new pod template of a Kubernetes target) may take from pods running
+    for it until every pod runs it, ready: past it, an event and
+    ``warmgate_rollout_failures_total`` (a few image pulls and loads of a render image)."""
     max_held: int = Field(default=1000, ge=1)
     """Requests held at once per target; beyond: 503 with Retry-After (shedding)."""
     stream_activity_window: Duration = 60.0

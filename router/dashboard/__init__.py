@@ -42,6 +42,7 @@ def add_dashboard(
     bus = EventBus(today, loop)
     for name, runtime in runtimes.items():
         bus.watch(name, runtime.cell)
+        bus.follow_rollouts(name, runtime.rollout.listeners)
     if replicas is not None:
         _watch_leadership(bus, replicas)
     actions = Actions(token, runtimes, bus)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from router.dashboard.today import Today
@@ -30,8 +31,8 @@ class Event:
     target: str | None
     kind: str
     """start, ready, drain, release, lost, failure, endpoints, starting (a replacement awaited),
-    park, wake (from parked), an action ("wake asked", "release asked", "park asked") or
-    leader."""
+    park, wake (from parked), an action ("wake asked", "release asked", "park asked"),
+    leader, or rollout (a new version declared, verified, or not converged in time)."""
     reason: str
     phase: str | None = None
     previous: str | None = None
@@ -78,6 +79,14 @@ class EventBus:
 
     def watch(self, name: str, cell: StateCell) -> None:
         cell.subscribe(lambda old, new: self._on_state(name, old, new))
+
+    def follow_rollouts(self, name: str, listeners: list[Callable[[str], None]]) -> None:
+        """``rollout`` events: a target's rollouts as :mod:`router.scale.rollout` tells them."""
+
+        def told(words: str) -> None:
+            self.add(name, "rollout", words)
+
+        listeners.append(told)
 
     def _on_state(self, name: str, old: TargetState, new: TargetState) -> None:
         try:

@@ -12,7 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from router.dashboard import view
+from router.dashboard import charts, view
+from router.dashboard.day import midnight
 from router.dashboard.stream import PUBLISHER
 
 Json = Mapping[str, Any]
@@ -247,11 +248,20 @@ def _ttft(ttft: Json | None) -> str:
     if ttft is None:
         return "not measured yet"
     return " · ".join(
-        f"{e(where)} p50 {v['p50']:.2f}s, p95 {v['p95']:.2f}s" for where, v in ttft.items()
+        f'<span class="ttft-{e(where)}">{e(where)} p50 {v["p50"]:.2f}s, p95 {v["p95"]:.2f}s'
+        f" ({v['n']} answers)</span>"
+        for where, v in ttft.items()
     )
 
 
-def api_section(api: Json) -> str:
+def _per_model(api: Json, b: Json, now: float) -> str:
+    by_model = api["spend_today_by_model"]
+    said = ", ".join(f"{e(m)} {usd(v)}" for m, v in by_model.items()) or "nothing yet"
+    chart = charts.spend(api["spend_line_by_model"], b["limit"], midnight(now), now)
+    return f'{chart}<p class="muted spend-by-model">{said}</p>'
+
+
+def api_section(api: Json, now: float) -> str:
     b = api["budget"]
     used = b["limit"] - b["left"]
     share = min(100.0, 100 * used / b["limit"]) if b["limit"] else 0.0
@@ -262,7 +272,8 @@ def api_section(api: Json) -> str:
         f"{usd(b['reserved'])} reserved by {b['open_reservations']} open reservations · "
         f"{usd(b['left'])} left</p>"
         f'<span class="bar budget-bar"><span style="width:{share:.1f}%"></span></span>'
-        f'<p class="muted">{clouds or "nothing spent in a cloud yet"}</p></div>'
+        f'<p class="muted">{clouds or "nothing spent in a cloud yet"}</p>'
+        f"<h4>Per model, over the day</h4>{_per_model(api, b, now)}</div>"
     )
     models = "".join(
         f'<article class="card model" id="model-{e(name)}"><header><h3>{e(name)}</h3> '
@@ -305,14 +316,54 @@ def events_section(events: list[Json]) -> str:
     return f'<section id="events"><h2>Events</h2>{empty}<ol class="events">{items}</ol></section>'
 
 
+def day_section(v: Json) -> str:
+    """The day in pictures: each target's strip (24 h and the last hour), each pool's
+    occupancy, today's GPU-hours stacked and the waits requests met."""
+    now, targets = v["now"], v["targets"]
+    strips = "".join(
+        f'<div class="timeline" id="timeline-{e(name)}"><h3>{e(name)} '
+        f'<span class="phase">{e(t["phase"])}</span></h3>'
+        f"{charts.strip(name, t['timeline'], now - t['timeline']['window'], now, 'day')}"
+        f'<details class="zoom" open><summary>last hour</summary>'
+        f"{charts.strip(name, t['timeline'], now - 3600, now, 'hour')}</details></div>"
+        for name, t in targets.items()
+    )
+    pools = "".join(
+        f'<div class="timeline pool-occupancy"><h3>pool {e(name)}: GPUs held '
+        f"({len(p['resident'])} of {p['capacity']} now)</h3>"
+        + charts.occupancy(
+            name,
+            p["capacity"],
+            [targets[m]["timeline"] for m in p["members"] if m in targets],
+            now - 24 * 3600,
+            now,
+        )
+        + "</div>"
+        for name, p in (v.get("pools") or {}).items()
+    )
+    hours = sum(sum(t["gpu_hours_today"].values()) for t in targets.values())
+    waits = sum(len(t["waits_today"]) for t in targets.values())
+    return (
+        '<section id="day"><h2>The day</h2>'
+        f'<div class="card wide">{charts.legend()}{strips}{pools}</div>'
+        '<div class="cards">'
+        f'<div class="card"><h3>GPU-hours today: {hours:.2f}</h3>'
+        f"{charts.gpu_hours(targets)}</div>"
+        f'<div class="card"><h3>Waits for a cold start or wake today: {waits}</h3>'
+        f"{charts.waits_histogram(targets)}</div>"
+        "</div></section>"
+    )
+
+
 def fragment(v: Json) -> str:
     now = v["now"]
     cards = "".join(target_card(name, t, now, v["actions"]) for name, t in v["targets"].items())
     parts = [f'<section id="targets"><h2>Targets</h2><div class="cards">{cards}</div></section>']
+    parts.append(day_section(v))
     if v.get("pools"):
         parts.append(pools_section(v["pools"]))
     if v["api"] is not None:
-        parts.append(api_section(v["api"]))
+        parts.append(api_section(v["api"], now))
     if v["replicas"] is not None:
         parts.append(replicas_section(v["replicas"], now))
     parts.append(events_section(v["events"]))

@@ -15,7 +15,7 @@ from typing import Any
 
 from router.cluster.replicas import Replicas
 from router.config import Config, Placement
-from router.dashboard import tier
+from router.dashboard import day, tier
 from router.dashboard.events import EventBus
 from router.dashboard.today import Today
 from router.openai.api import OpenAIApi
@@ -87,6 +87,7 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         )
     eta = runtime.learned.predicted_cold_start()
     failure = src.today.last_failure(runtime.name)
+    wall_now = runtime.timeline.wall(now)
     return {
         "phase": state.phase.value,
         "stage": state.stage if state.phase is Phase.STARTING else None,
@@ -126,6 +127,9 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "last_failure": None
         if failure is None
         else {"at": round(failure[0], 1), "reason": failure[1]},
+        "timeline": day.timeline(runtime, wall_now),
+        "gpu_hours_today": day.gpu_hours_today(runtime, wall_now),
+        "waits_today": day.waits_today(runtime, wall_now),
     }
 
 
@@ -158,6 +162,11 @@ def api(src: Sources, api: OpenAIApi) -> Json:
             "left": round(budget.left(), 4),
         },
         "spend_today_by_cloud": src.today.cloud_spend_today(),
+        "spend_today_by_model": budget.spend_by_model(),
+        "spend_line_by_model": {
+            model: [[round(t, 1), round(usd, 6)] for t, usd in line]
+            for model, line in budget.by_model.items()
+        },
         "models": {
             name: {
                 "kind": spec.kind,
@@ -167,7 +176,7 @@ def api(src: Sources, api: OpenAIApi) -> Json:
                     {**d, "where": _where(str(d["placement"]), spec.placements)}
                     for d in decisions.get(name, [])
                 ],
-                "ttft": None,  # time to first token, local vs cloud, once it is measured
+                "ttft": api.first_tokens.describe(name),
             }
             for name, spec in src.config.models.items()
         },

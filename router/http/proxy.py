@@ -97,18 +97,23 @@ async def forward_http(
     cold_wait: float | None,
     in_flight: InFlight,
     body: bytes | None = None,
+    first_bytes: Callable[[], None] | None = None,
 ) -> web.StreamResponse:
     """Send ``request`` to ``url`` and stream the answer back, counted by the caller's
     ``in_flight``.
 
     ``body``: a request body already read (the OpenAI API reads JSON to place it); the request's
-    own body is then not touched, and ``headers`` must not carry a Content-Length."""
+    own body is then not touched, and ``headers`` must not carry a Content-Length.
+    ``first_bytes``: called once, when the answer's first body bytes are in hand (the API's
+    time to first token)."""
     ep = endpoint(f"{url.scheme}://{url.raw_authority}")
     data, chunked, end = request_body(request, runtime, body)
     head = serialize_request_head(request.method, url.raw_path_qs, headers, ep.host_header, end)
     exchange = await resend(request, runtime, session, ep, head, data, chunked)
     try:
-        return await respond(request, runtime, exchange, url.path, cold_wait, in_flight)
+        return await respond(
+            request, runtime, exchange, url.path, cold_wait, in_flight, first_bytes
+        )
     finally:
         exchange.close()
 
@@ -173,9 +178,11 @@ async def respond(
     path: str,
     cold_wait: float | None,
     in_flight: InFlight,
+    first_bytes: Callable[[], None] | None = None,
 ) -> web.StreamResponse:
     """Stream ``upstream``'s response to the client (the caller closes ``upstream``); a stream
-    that counts by its frames or jobs leaves ``in_flight`` while it runs."""
+    that counts by its frames or jobs leaves ``in_flight`` while it runs. ``first_bytes``: see
+    :func:`forward_http`."""
     headers = downstream_response_headers(upstream.headers)
     if cold_wait is not None:
         headers[COLD_START_HEADER] = f"{cold_wait:.3f}"
@@ -185,6 +192,8 @@ async def respond(
             body = await upstream.read_all()
         except UpstreamFailure as exc:
             raise translate(exc, runtime, "body") from exc
+        if first_bytes is not None and body:
+            first_bytes()
         headers.popall("Content-Length", None)
         runtime.m_bytes_out.inc(len(body))
         return web.Response(
@@ -224,7 +233,9 @@ async def respond(
         await response.prepare(request)
         request[STARTED] = response
         if stream or upstream.chunks or not upstream.done:
-            sent = await _body(request, runtime, upstream, response, stream, counts, watch)
+            sent = await _body(
+                request, runtime, upstream, response, stream, counts, watch, first_bytes
+            )
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away; the caller's close() ends the upstream exchange
@@ -286,6 +297,7 @@ async def _body(
     stream: bool,
     counts: bool,
     watch: JobWatch | None = None,
+    first_bytes: Callable[[], None] | None = None,
 ) -> int:
     """Stream the body; returns the bytes written here (``upstream.sent`` counts the rest)."""
     writer = request.writer
@@ -295,6 +307,8 @@ async def _body(
         # A plain body goes straight from the upstream socket's callback to the client's
         # transport: no await per chunk, only when the client is slower than the upstream.
         first = upstream.take()
+        if first_bytes is not None:  # the body begins (here, or as the pipe's first chunk)
+            first_bytes()
         if first:
             await response.write(first)  # with the head (see _WithFirstBytes)
         send_headers()
@@ -302,6 +316,8 @@ async def _body(
         return len(first)
     sent = 0
     while chunk := await upstream.read():
+        if first_bytes is not None and not sent:
+            first_bytes()
         await response.write(chunk)
         sent += len(chunk)
         if counts:

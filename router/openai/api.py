@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from prometheus_client import Counter as PromCounter
-from prometheus_client import Gauge
+from prometheus_client import Gauge, Histogram
 
 from backends.base import Cloud
 from backends.registry import make_cloud
@@ -32,9 +32,13 @@ from router.openai.errors import ModelNotFound, openai_error_response
 from router.openai.intake import Intake, begin
 from router.openai.placing import Placer
 from router.openai.policy import Rules, Snapshot
+from router.openai.ttft import FirstTokens
 from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.access")
+
+TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Seconds: a warm engine's first token to a cold start waited through."""
 
 
 def build_openai_api(
@@ -73,6 +77,14 @@ class ApiMetrics:
             registry=r,
         )
         self.budget_remaining.set_function(budget.left)
+        self.ttft = Histogram(
+            "ttft_seconds",
+            "API answers: from the request's arrival to the first body bytes (time to first token)",
+            ["model", "where"],
+            buckets=TTFT_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
 
 
 class OpenAIApi:
@@ -100,6 +112,8 @@ class OpenAIApi:
         )
         self.loop = asyncio.get_running_loop()
         self.intake = Intake(config, keys, self.loop)
+        self.first_tokens = FirstTokens(self.loop.time)
+        """Time to first token per model (``/status``'s ``ttft``)."""
         self.placer = Placer(
             config,
             runtimes,
@@ -199,12 +213,27 @@ class OpenAIApi:
         self._account(request, response, call)
         return response
 
+    @staticmethod
+    def _answered_chat(call: Call | None, response: web.StreamResponse) -> bool:
+        """A chat answered with its first bytes: what time to first token counts."""
+        return (
+            call is not None
+            and call.kind == "chat"
+            and response.status < 400
+            and call.first_bytes_at is not None
+        )
+
     def _account(
         self, request: web.Request, response: web.StreamResponse, call: Call | None
     ) -> None:
         decision = request.get(DECISION, "-")
         placement = decision.split(";", 1)[0] if call is not None else "-"
         self.metrics.requests.labels(placement, request.method, str(response.status)).inc()
+        if self._answered_chat(call, response):
+            assert call is not None and call.first_bytes_at is not None
+            seconds = call.first_bytes_at - call.started
+            self.first_tokens.record(call.model, call.answered_from, seconds)
+            self.api_metrics.ttft.labels(call.model, call.answered_from).observe(seconds)
         if not self.config.server.access_log:
             return
         elapsed = self.loop.time() - call.started if call is not None else 0.0

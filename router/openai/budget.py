@@ -37,11 +37,19 @@ _EPSILON = 1e-9
 """Float slack: a reservation of exactly what is left fits."""
 
 
+MODEL_POINTS = 288
+"""Points kept per model on the day's spend line (one per :data:`POINT_EVERY` at most)."""
+POINT_EVERY = 300.0
+"""Seconds: spend settled within this of the last point moves that point instead of adding one."""
+
+
 @dataclass(slots=True)
 class Reservation:
     amount: float
     cloud: str
     settled: bool = False
+    model: str = ""
+    """The API model it was made for (the spend per model); empty: not told."""
 
 
 def utc_day(timestamp: float) -> datetime.date:
@@ -75,6 +83,8 @@ class Budget:
         """USD the other warmgate replicas spent and reserved on a given day, as last heard."""
         self.on_change: Callable[[], None] | None = None
         """Called after every reservation and settle (the spend is written through)."""
+        self.by_model: dict[str, list[tuple[float, float]]] = {}
+        """Model -> the day's spend line: (wall-clock time, USD settled so far today)."""
 
     def _roll(self) -> None:
         now = self.clock()
@@ -83,6 +93,7 @@ class Budget:
         today = utc_day(now)
         if today != self.day:
             self.day, self.spent = today, 0.0
+            self.by_model = {}
         self._next_day_at = _next_midnight(today)
 
     def left(self) -> float:
@@ -96,15 +107,16 @@ class Budget:
         self._roll()
         return self.day, self.spent + self.reserved
 
-    def reserve(self, amount: float, cloud: str) -> Reservation | None:
-        """Hold ``amount`` USD for one request, or ``None`` when the day cannot afford it."""
+    def reserve(self, amount: float, cloud: str, model: str = "") -> Reservation | None:
+        """Hold ``amount`` USD for one request (for ``model``), or ``None`` when the day cannot
+        afford it."""
         amount = max(0.0, amount)
         if amount > self.left() + _EPSILON:
             return None
         self.reserved += amount
         self.outstanding += 1
         self._changed()
-        return Reservation(amount, cloud)
+        return Reservation(amount, cloud, model=model)
 
     def settle(self, reservation: Reservation, actual: float) -> None:
         """Replace the reservation by what the request actually cost; idempotent."""
@@ -120,7 +132,24 @@ class Budget:
         self.spent += actual
         if actual and self.on_spend is not None:
             self.on_spend(reservation.cloud, actual)
+        if actual and reservation.model:
+            self._spent_on(reservation.model, actual)
         self._changed()
+
+    def _spent_on(self, model: str, usd: float) -> None:
+        now = self.clock()
+        line = self.by_model.setdefault(model, [])
+        total = (line[-1][1] if line else 0.0) + usd
+        if len(line) > 1 and now - line[-2][0] < POINT_EVERY:
+            line[-1] = (now, total)  # within the same few minutes: the last point moves
+        else:
+            line.append((now, total))
+        del line[:-MODEL_POINTS]
+
+    def spend_by_model(self) -> dict[str, float]:
+        """Model -> USD this replica settled for it today."""
+        self._roll()
+        return {model: round(line[-1][1], 6) for model, line in self.by_model.items() if line}
 
     def release(self, reservation: Reservation) -> None:
         """The call failed before costing anything."""
@@ -140,6 +169,10 @@ class Budget:
             "spent": round(self.spent, 9),
             "reserved": round(self.reserved, 9),
             "open_reservations": self.outstanding,
+            "by_model": {
+                model: [[round(t, 1), round(usd, 9)] for t, usd in line]
+                for model, line in self.by_model.items()
+            },
         }
 
     def restore(self, document: Mapping[str, Any]) -> bool:
@@ -150,7 +183,20 @@ class Budget:
         if day != self.day or usd is None:
             return False
         self.spent += usd
+        self._restore_lines(document.get("by_model"))
         return True
+
+    def _restore_lines(self, kept: object) -> None:
+        """The day's spend line per model, as kept (a record of an older warmgate has none)."""
+        if not isinstance(kept, dict):
+            return
+        for model, line in kept.items():
+            try:
+                points = [(float(t), float(usd)) for t, usd in line]
+            except (TypeError, ValueError):
+                continue
+            if points and all(math.isfinite(t) and math.isfinite(u) for t, u in points):
+                self.by_model[str(model)] = sorted(points)[-MODEL_POINTS:]
 
 
 def spend_of(document: Mapping[str, Any]) -> tuple[datetime.date | None, float | None]:

@@ -55,6 +55,15 @@ class Call:
     private_reason: str | None = None
     notes: dict[str, str] = field(default_factory=dict)
     """Extra fields for the access log line."""
+    first_bytes_at: float | None = None
+    """Loop time the answer's first body bytes were in hand: its time to first token."""
+    answered_from: str = ""
+    """``local`` or ``cloud``: where those bytes came from."""
+
+    def first_bytes(self, where: str, now: float) -> None:
+        """The answer's first body bytes are here (the first only counts)."""
+        if self.first_bytes_at is None:
+            self.first_bytes_at, self.answered_from = now, where
 
     @property
     def kind(self) -> str:

@@ -103,7 +103,8 @@ class CloudCaller:
         assert placement.cloud is not None and placement.model is not None
         cloud = self.clouds[placement.cloud]
         body: dict[str, Any] = {**call.body, "model": placement.model}
-        reservation = self.budget.reserve(call.bound.price(placement.cost), placement.cloud)
+        amount = call.bound.price(placement.cost)
+        reservation = self.budget.reserve(amount, placement.cloud, call.model)
         if reservation is None:
             raise BudgetExhausted("the daily cloud budget is spent")
         try:
@@ -150,6 +151,8 @@ class CloudCaller:
         reservation: Reservation,
     ) -> web.StreamResponse:
         reply = await cloud.create(call.kind, body)  # type: ignore[arg-type]
+        if reply.body:
+            call.first_bytes("cloud", asyncio.get_running_loop().time())
         answer = _json(reply.body)
         data = answer.get("data")
         images = len(data) if isinstance(data, list) else 0
@@ -187,6 +190,7 @@ class CloudCaller:
                 async for chunk in chunks:
                     out = events.feed(chunk)
                     if out:
+                        call.first_bytes("cloud", asyncio.get_running_loop().time())
                         await response.write(out)
                 if rest := events.flush():
                     await response.write(rest)

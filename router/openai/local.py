@@ -86,7 +86,15 @@ async def forward_local(
             headers = local_headers(call, trust_forwarded)
             body = local_body(call, placement)
             return await forward_http(
-                call.request, runtime, session, url, headers, cold_wait, in_flight, body=body
+                call.request,
+                runtime,
+                session,
+                url,
+                headers,
+                cold_wait,
+                in_flight,
+                body=body,
+                first_bytes=lambda: call.first_bytes("local", runtime.loop.time()),
             )
     finally:
         loads[name] -= 1

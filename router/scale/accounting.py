@@ -58,6 +58,7 @@ class Accounting:
     async def account(self) -> None:
         """GPU-seconds while ready, split by activity; polls the engine's busy signal."""
         rt, now = self.rt, self.now
+        rt.timeline.sample(rt.state)  # busy or idle: what a change of state does not tell
         elapsed, self._accounted_at = now - self._accounted_at, now
         if rt.state.phase is Phase.PARKED and not rt.state.waking:
             self._seconds["parked"].inc(max(0.0, elapsed))

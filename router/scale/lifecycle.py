@@ -66,6 +66,8 @@ class Lifecycle:
     async def open(self) -> None:
         await self.rt.backend.open(self._observed)
         await self.rt.learned.restore()  # after open: a backend's own store reads its objects
+        await self.rt.timeline.open()
+        self.rt.rollout.observed(self._obs)
         if self.rt.backend.always_on:
             self.machine.apply(Event.ENDPOINTS, endpoints=self._obs.endpoints)
             return
@@ -80,6 +82,8 @@ class Lifecycle:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.rt.learned.close()
+        await self.rt.timeline.close()
+        self.rt.rollout.close()
         await self.rt.backend.close()
         await self.rt.engine.close()
 
@@ -101,6 +105,7 @@ class Lifecycle:
         return self.rt.backend.observe()
 
     def _observed(self, observation: Observation) -> None:
+        self.rt.rollout.observed(observation)
         self.rt.wake.set()
 
     def _recover(self) -> None:

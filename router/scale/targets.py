@@ -19,7 +19,9 @@ from router.scale.engine_queue import EngineQueue
 from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
 from router.scale.learned import Learned
 from router.scale.pools import Seats
+from router.scale.rollout import RolloutWatch
 from router.scale.state import Phase, StateCell, TargetState
+from router.scale.timeline import Timeline
 
 
 def _servable(state: TargetState) -> bool:
@@ -69,6 +71,19 @@ class TargetRuntime:
             assumed_cold_start=assumed_cold_start,
         )
         """What it learned (cold starts, wakes, idle gaps), and where that is kept."""
+        self.timeline = Timeline(name, loop, self.busy, self.waiting)
+        """Its day as a strip of phases, recorded from its state cell (never writing it)."""
+        self.cell.subscribe(self.timeline.on_state)
+        self.timeline.sample(initial)
+        self.rollout = RolloutWatch(
+            name,
+            loop,
+            spec.scaling.rollout_timeout,
+            metrics.rollout_failures.labels(name),
+            spec.readiness.path,
+        )
+        """Its rollouts, followed and reported (Kubernetes), from observations and its cell."""
+        self.cell.subscribe(self.rollout.on_state)
         self.activity.on_resume = self._resumed
         self.wake = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
@@ -174,6 +189,11 @@ class TargetRuntime:
         """Someone shows they still wait for this target (the waiting page polls): a start
         is not abandoned for ``abandon_after`` from now."""
         self.activity.last_wanted = self.loop.time()
+
+    def busy(self) -> bool:
+        """Work now: requests held or in flight, streams carrying traffic, the engine's queue."""
+        idle_since = self.activity.idle_since(self.spec.scaling.stream_activity_window)
+        return self.activity.held > 0 or idle_since is None or idle_since > self.loop.time()
 
     def waiting(self) -> int:
         """What counts in ``max_held``: requests held, and websockets held open."""
