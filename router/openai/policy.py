@@ -30,7 +30,7 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from router.scale.state import Phase
 
@@ -199,64 +199,104 @@ def _busy(opt: LocalOption, depth: int, budget: float) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What the rules ask about one request, worked out once from (ask, snapshot, rules)."""
+_T = TypeVar("_T")
 
-    ask: Ask
-    snap: Snapshot
-    rules: Rules
-    budget: float
-    """Seconds of the latency budget left (``max_wait`` less what was already waited)."""
-    ready: tuple[LocalOption, ...]
-    """Local targets that serve at once."""
-    idle: tuple[LocalOption, ...]
-    """Of those, the ones not too busy for this request."""
-    cloud: CloudOption | None
-    """The cloud this request may go to (configured, not private, not after a cloud failure),
-    affordable or not."""
-    affordable: CloudOption | None
-    """That cloud, where the day's budget still covers this request."""
-    soonest: LocalOption | None
-    """The local target predicted to serve first, among those that can start now."""
-    soonest_in: float
-    """Its predicted seconds until it serves (``inf`` when there is none)."""
-    queued: tuple[LocalOption, ...]
-    """Waiting for their GPU pool with nothing to displace (the wait is unknown), holdable."""
-    stuck: tuple[LocalOption, ...]
-    """Starting but unschedulable (no GPU free in the cluster), holdable."""
-    why: str
-    """Why the cloud is not for this request: ``local_only``, ``private``, ``cloud_failed``,
-    ``cloud_unavailable`` or ``budget_exhausted`` (meaningless while it is)."""
+
+class _once(Generic[_T]):
+    """A fact worked out on first use and kept in the instance (functools.cached_property
+    without its lock: the policy runs on one loop, on every API request)."""
+
+    def __init__(self, compute: Callable[[Facts], _T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __get__(self, facts: Facts, owner: type | None = None) -> _T:
+        value = self.compute(facts)
+        facts.__dict__[self.name] = value  # from now on read without this descriptor
+        return value
+
+
+class Facts:
+    """What the rules ask about one request, worked out from (ask, snapshot, rules) when a rule
+    first asks, and once: the common case (a ready target) asks little."""
+
+    def __init__(self, ask: Ask, snap: Snapshot, rules: Rules) -> None:
+        self.ask = ask
+        self.snap = snap
+        self.rules = rules
+        self.budget = max(0.0, ask.max_wait - ask.waited)
+        """Seconds of the latency budget left (``max_wait`` less what was already waited)."""
 
     @classmethod
     def of(cls, ask: Ask, snap: Snapshot, rules: Rules) -> Facts:
-        budget = max(0.0, ask.max_wait - ask.waited)
-        depth = rules.overflow_queue_depth
-        ready = tuple(opt for opt in snap.locals if opt.servable)
-        clouds = [c for c in snap.clouds if c.available]
-        cloud = clouds[0] if clouds and not ask.private and not ask.cloud_failed else None
-        affordable = cloud if cloud is not None and _fits(cloud.cost, snap.budget_left) else None
-        waits = [(opt.ready_in(snap.now), opt) for opt in snap.locals]
-        startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
-        soonest = min(startable, key=lambda pair: pair[0]) if startable else None
-        return cls(
-            ask=ask,
-            snap=snap,
-            rules=rules,
-            budget=budget,
-            ready=ready,
-            idle=tuple(opt for opt in ready if not _busy(opt, depth, budget)),
-            cloud=cloud,
-            affordable=affordable,
-            soonest=None if soonest is None else soonest[1],
-            soonest_in=math.inf if soonest is None else soonest[0],
-            queued=tuple(o for o in snap.locals if o.pool_wait and o.wakes and o.held < o.max_held),
-            stuck=tuple(o for o in snap.locals if o.unschedulable and o.held < o.max_held),
-            why=_why_no_cloud(ask, snap, cloud, clouds),
-        )
+        return cls(ask, snap, rules)
 
-    @property
+    @_once
+    def ready(self) -> tuple[LocalOption, ...]:
+        """Local targets that serve at once."""
+        return tuple(opt for opt in self.snap.locals if opt.servable)
+
+    @_once
+    def idle(self) -> tuple[LocalOption, ...]:
+        """Of those, the ones not too busy for this request."""
+        depth, budget = self.rules.overflow_queue_depth, self.budget
+        return tuple(opt for opt in self.ready if not _busy(opt, depth, budget))
+
+    @_once
+    def _clouds(self) -> list[CloudOption]:
+        return [c for c in self.snap.clouds if c.available]
+
+    @_once
+    def cloud(self) -> CloudOption | None:
+        """The cloud this request may go to (configured, not private, not after a cloud
+        failure), affordable or not."""
+        clouds, ask = self._clouds, self.ask
+        return clouds[0] if clouds and not ask.private and not ask.cloud_failed else None
+
+    @_once
+    def affordable(self) -> CloudOption | None:
+        """That cloud, where the day's budget still covers this request."""
+        cloud = self.cloud
+        return cloud if cloud is not None and _fits(cloud.cost, self.snap.budget_left) else None
+
+    @_once
+    def _soonest(self) -> tuple[float, LocalOption] | None:
+        now = self.snap.now
+        waits = [(opt.ready_in(now), opt) for opt in self.snap.locals]
+        startable = [(t, opt) for t, opt in waits if not math.isinf(t)]
+        return min(startable, key=lambda pair: pair[0]) if startable else None
+
+    @_once
+    def soonest(self) -> LocalOption | None:
+        """The local target predicted to serve first, among those that can start now."""
+        soonest = self._soonest
+        return None if soonest is None else soonest[1]
+
+    @_once
+    def soonest_in(self) -> float:
+        """Its predicted seconds until it serves (``inf`` when there is none)."""
+        soonest = self._soonest
+        return math.inf if soonest is None else soonest[0]
+
+    @_once
+    def queued(self) -> tuple[LocalOption, ...]:
+        """Waiting for their GPU pool with nothing to displace (the wait is unknown),
+        holdable."""
+        return tuple(o for o in self.snap.locals if o.pool_wait and o.wakes and o.held < o.max_held)
+
+    @_once
+    def stuck(self) -> tuple[LocalOption, ...]:
+        """Starting but unschedulable (no GPU free in the cluster), holdable."""
+        return tuple(o for o in self.snap.locals if o.unschedulable and o.held < o.max_held)
+
+    @_once
+    def why(self) -> str:
+        """Why the cloud is not for this request: ``local_only``, ``private``,
+        ``cloud_failed``, ``cloud_unavailable`` or ``budget_exhausted`` (meaningless while
+        it is)."""
+        return _why_no_cloud(self.ask, self.snap, self.cloud, self._clouds)
+
+    @_once
     def within_budget(self) -> bool:
         """A local target is predicted to serve within the latency budget."""
         return self.soonest is not None and self.soonest_in <= self.budget
@@ -295,7 +335,8 @@ class Rule(NamedTuple):
     then: Callable[[Facts, str], Decision]
 
     def reason_for(self, facts: Facts) -> str:
-        return self.reason.replace("<why>", facts.why)
+        reason = self.reason
+        return reason.replace("<why>", facts.why) if "<" in reason else reason
 
 
 # -- what each rule decides ---------------------------------------------------------------
@@ -456,7 +497,10 @@ TABLE: tuple[Rule, ...] = (
 
 def rule_for(facts: Facts) -> Rule:
     """The first rule of :data:`TABLE` that holds (the last always does)."""
-    return next(rule for rule in TABLE if rule.when(facts))
+    for rule in TABLE:
+        if rule.when(facts):
+            return rule
+    raise AssertionError("the last rule always holds")
 
 
 def decide(ask: Ask, snap: Snapshot, rules: Rules) -> Decision:
