@@ -1,14 +1,12 @@
 """The dashboard in a real headless Chromium (Debian's, through Playwright, as the waiting page's
 test runs it): it follows a cold start and the idle release without a reload, the wake action
 works with the admin token and is refused without it, and a screenshot of two targets and one
-model is written under the test's output (``WARMGATE_DASHBOARD_PNG=docs/dashboard.png`` also
-writes it there, for the README)."""
+model is written under the test's output (docs/dashboard.png, the README's, is the day replayed
+by tests/test_dashboard_day_browser.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from pathlib import Path
 
 import aiohttp
@@ -16,7 +14,7 @@ import pytest
 
 from tests.browser import chromium, needs_chromium
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import ROOT, serve_app, warmgate
+from tests.helpers import serve_app, warmgate
 from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES, process_target
 from tests.test_dashboard import TOKEN, config, sleepy
 
@@ -146,9 +144,6 @@ async def test_a_screenshot_of_two_targets_and_one_model(
                 out = tmp_path / "dashboard.png"
                 await page.screenshot(path=str(out), full_page=True)
                 assert out.stat().st_size > 10_000
-                copy = os.environ.get("WARMGATE_DASHBOARD_PNG")
-                if copy:
-                    shutil.copyfile(out, ROOT / copy)
                 bars = page.locator("#model-qwen3-8b ul.bars li")
                 wheres = await bars.evaluate_all("items => items.map(item => item.className)")
                 assert sorted(wheres) == ["cloud", "local"]

@@ -19,6 +19,7 @@ import yaml
 from router.app import build_apps
 from router.config import parse_config
 from router.keys import METRICS
+from router.scale.state import Phase
 from tests.deploy_tree import build, kubectl
 from tests.helpers import ROOT
 
@@ -104,11 +105,45 @@ async def test_the_dashboard_queries_name_only_metrics_warmgate_exports() -> Non
         "warmgate_gpu_seconds_total",
         "warmgate_decisions_total",
         "warmgate_cloud_spend_usd_total",
+        "warmgate_cloud_spend_by_model_usd_total",
         "warmgate_cloud_budget_remaining_usd",
         "warmgate_cloud_budget_usd",
         "warmgate_leader",
     ):
         assert wanted in used, wanted
+
+
+def panel(title: str) -> dict[str, Any]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    [found] = [p for p in dashboard["panels"] if p["title"] == title]
+    return found  # type: ignore[no-any-return]
+
+
+def test_every_panel_queries_and_the_day_is_drawn() -> None:
+    """Every panel but a row has a query (which the test above holds to exported metrics); the
+    day as warmgate's own dashboard draws it: phases as a state timeline (every phase mapped),
+    GPU-hours stacked by what for, the cloud spend stacked per model."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for p in dashboard["panels"]:
+        assert p["type"] == "row" or p.get("targets"), f"{p['title']}: no query"
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    phases = panel("Phase")
+    assert phases["type"] == "state-timeline"
+    assert "warmgate_target_phase" in phases["targets"][0]["expr"]
+    mapped = {
+        text["text"]
+        for mapping in phases["fieldConfig"]["defaults"]["mappings"]
+        for text in mapping["options"].values()
+    }
+    assert mapped == {phase.value for phase in Phase}
+    hours = panel("GPU-hours per hour, stacked")
+    assert "warmgate_gpu_seconds_total" in hours["targets"][0]["expr"]
+    assert hours["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    spend = panel("Cloud spend per model")
+    assert "by (model)" in spend["targets"][0]["expr"]
+    assert "warmgate_cloud_spend_by_model_usd_total" in spend["targets"][0]["expr"]
+    assert spend["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
 
 
 async def test_the_rules_name_only_metrics_warmgate_exports() -> None:

@@ -130,6 +130,13 @@ async def test_cloud_chat_and_stream_settle_the_budget() -> None:
         assert await metric_value(
             st.wg.admin, "warmgate_cloud_spend_usd_total", cloud="managed"
         ) == pytest.approx(3 * spent)
+        by_model = await metric_value(
+            st.wg.admin,
+            "warmgate_cloud_spend_by_model_usd_total",
+            cloud="managed",
+            model="frontier",
+        )
+        assert by_model == pytest.approx(3 * spent), "the same spend, by the model asked for"
         left = await metric_value(st.wg.admin, "warmgate_cloud_budget_remaining_usd")
         assert left == pytest.approx(1.0 - 3 * spent)
         assert await st.decisions(model="frontier", reason="cloud_only") == 3

@@ -70,6 +70,13 @@ class ApiMetrics:
         self.cloud_spend = PromCounter(
             "cloud_spend_usd", "USD spent in each cloud", ["cloud"], namespace=ns, registry=r
         )
+        self.cloud_spend_by_model = PromCounter(
+            "cloud_spend_by_model_usd",
+            "USD spent in each cloud for each model (warmgate_cloud_spend_usd_total, by model)",
+            ["cloud", "model"],
+            namespace=ns,
+            registry=r,
+        )
         self.budget_remaining = Gauge(
             "cloud_budget_remaining_usd",
             "USD the day's cloud budget still allows (reservations deducted)",
@@ -109,6 +116,9 @@ class OpenAIApi:
         self.api_metrics = ApiMetrics(metrics, self.budget)
         self.budget.on_spend = lambda cloud, usd: self.api_metrics.cloud_spend.labels(cloud).inc(
             usd
+        )
+        self.budget.on_model_spend = lambda cloud, model, usd: (
+            self.api_metrics.cloud_spend_by_model.labels(cloud, model).inc(usd)
         )
         self.loop = asyncio.get_running_loop()
         self.intake = Intake(config, keys, self.loop)

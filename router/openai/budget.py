@@ -83,6 +83,9 @@ class Budget:
         """USD the other warmgate replicas spent and reserved on a given day, as last heard."""
         self.on_change: Callable[[], None] | None = None
         """Called after every reservation and settle (the spend is written through)."""
+        self.on_model_spend: Callable[[str, str, float], None] | None = None
+        """Called with (cloud, model, USD) for every settled cost of a request for a model (the
+        spend-per-model metric)."""
         self.by_model: dict[str, list[tuple[float, float]]] = {}
         """Model -> the day's spend line: (wall-clock time, USD settled so far today)."""
 
@@ -134,6 +137,8 @@ class Budget:
             self.on_spend(reservation.cloud, actual)
         if actual and reservation.model:
             self._spent_on(reservation.model, actual)
+            if self.on_model_spend is not None:
+                self.on_model_spend(reservation.cloud, reservation.model, actual)
         self._changed()
 
     def _spent_on(self, model: str, usd: float) -> None:

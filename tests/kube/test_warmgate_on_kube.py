@@ -2,7 +2,8 @@
 engine's pods run as local processes (the test kubelet), warmgate authenticates as the
 ServiceAccount from deploy/ with exactly deploy/'s Role and RoleBinding, and real clients send
 real requests. Scale from zero and back, a forbidden action, a pod deleted mid-request, the API
-server restarted and away mid-run, and warmgate itself restarted while work is in flight."""
+server restarted and away mid-run, warmgate itself restarted while work is in flight, and a new
+image applied at zero replicas verified at the next cold start."""
 
 from __future__ import annotations
 
@@ -322,3 +323,33 @@ async def test_a_warmgate_restart_with_work_in_flight_never_scales_down(lab: Lab
             assert await lab.generation() == generation, "no scale patch at all"
             (still,) = await lab.pods()
             assert still.metadata.uid == pod.metadata.uid
+
+
+async def rollout_events(wg: Running) -> list[str]:
+    """What /status's events say of rollouts, oldest first."""
+    async with aiohttp.ClientSession() as http, http.get(wg.admin + "/status") as resp:
+        events = (await resp.json())["events"]
+    return [e["reason"] for e in reversed(events) if e["kind"] == "rollout"]
+
+
+async def test_a_new_image_at_zero_is_verified_at_the_next_cold_start(lab: Lab) -> None:
+    async with warmgate(lab.config()) as wg, aiohttp.ClientSession() as http:
+        watch = wg.runtime().rollout
+        await eventually(lambda: _true(watch.declared == "local/sleepy-engine"))
+        patch = {"spec": {"template": {"spec": {"containers": [
+            {"name": "engine", "image": "local/sleepy-engine:v2"}
+        ]}}}}  # fmt: skip
+        await lab.apps.patch_namespaced_deployment("engine", lab.namespace, patch)
+
+        async def told(words: str) -> bool:
+            return any(words in reason for reason in await rollout_events(wg))
+
+        await eventually(lambda: told("declared local/sleepy-engine:v2"))
+        assert await lab.replicas() == 0, "followed, never made"
+        status, _, cold = await get(http, wg.url + "/hello")
+        assert status == 200 and cold is not None, "held through the cold start"
+        await eventually(lambda: told("verified: rollout complete"), within=60)
+        (pod,) = await lab.pods()
+        assert pod.spec.containers[0].image == "local/sleepy-engine:v2"
+        said = await rollout_events(wg)
+        assert said[-1] == "rollout t: verified: rollout complete, /readyz 200, 1 of 1 pods"
