@@ -184,8 +184,20 @@ class Fleet:
         return str((await self.json(replica.admin + "/targets"))["t"]["phase"])
 
     async def releases(self, replica: Replica) -> float:
-        async with self.http.get(replica.admin + "/metrics") as resp:
-            text = await resp.text()
+        """The releases a replica counted; a pod still starting (the Deployment's replacement
+        for one killed) is waited for: it counted none before it listens."""
+        text = ""
+
+        async def answered() -> bool:
+            nonlocal text
+            try:
+                async with self.http.get(replica.admin + "/metrics") as resp:
+                    text = await resp.text()
+            except aiohttp.ClientConnectionError:
+                return False
+            return True
+
+        await eventually(answered, within=60)
         found = re.search(r'^warmgate_idle_releases_total\{target="t"\} (\S+)$', text, re.M)
         return float(found.group(1)) if found else 0.0
 
