@@ -14,6 +14,10 @@
 - **Not activity**: ``{api}/heartbeat/<session>`` streams stay open for a tab's whole life. They
   are never cut while the target is up either: Gradio cancels a session's jobs when its heartbeat
   drops. They are closed only when the target is released.
+- **Ended by warmgate** (a release, a shutdown): a ``queue/data`` stream gets Gradio's own
+  ``{"msg": "close_stream"}`` first, as Gradio ends it; Gradio's page marks its stream closed only
+  then, and opens a new one for its next job only if it did (else a click after a release spins
+  for good).
 - **Wakes**: anything but a websocket, a heartbeat reconnecting, or a ``queue/data`` stream (a
   session of a process that is gone); so ``gradio_client`` (which starts with ``GET /config``)
   wakes a cold target and is held through the cold start.
@@ -38,6 +42,9 @@ from backends.engines.common import (
     engine_error,
 )
 from backends.specs import EngineSpec, GradioWarmup
+
+CLOSE_STREAM: Final = b'data: {"msg":"close_stream","event_id":null}\n\n'
+"""The event Gradio ends a ``queue/data`` stream with (``CloseStreamMessage``, as it writes it)."""
 
 DEFAULT_API_PREFIX: Final = "/gradio_api"
 """Gradio 5's; replaced by ``api_prefix`` from ``/config`` once the app answered."""
@@ -145,3 +152,6 @@ class GradioEngine(EngineBase):
         if is_queue_stream(path):
             return "jobs"
         return "open" if is_call_stream(path) else "frames"
+
+    def stream_farewell(self, path: str) -> bytes | None:
+        return CLOSE_STREAM if is_queue_stream(path) else None
