@@ -6,6 +6,8 @@ version Wan2GP pins (5.29) and on the current one.
   it) and cut by the release: its next click, held through a new cold start, is served. Gradio's
   page marks its stream closed only on ``{"msg": "close_stream"}``, and opens a new one for its
   next job only if it did.
+- Eight tabs opened during a cold start, each on the waiting page, all continue by themselves
+  to the app's page (a page as heavy to build as Wan2GP's), let through two a second.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 
 from router.scale.state import Phase
 from tests.browser import chromium, needs_chromium
-from tests.helpers import gradio_app, wait_until, warmgate
+from tests.helpers import gradio_app, metric_value, wait_until, warmgate
 from tests.test_gradio_queue import config as queue_config
 from tests.test_gradio_queue import gradio529_python
 
@@ -70,3 +72,25 @@ async def test_a_stale_tabs_click_is_served_after_the_cold_start(
         assert runtime.state.phase is Phase.READY
         value = await page.input_value("#status textarea")
         assert value == "rendered a lighthouse (#1 in this session)"
+
+
+PAGE_WEIGHT = 5_000
+"""Hidden values in the app's config: each ``GET /`` (and Gradio's own launch check, ``HEAD /``)
+copies them, about as long as Wan2GP takes to build its page."""
+
+
+async def test_eight_held_tabs_all_continue_to_the_app(tmp_path: Path, python: str) -> None:
+    data = config(tmp_path, python, GRADIO_APP_PAGE_WEIGHT=str(PAGE_WEIGHT))
+    data["targets"]["wan"]["scaling"]["idle_after"] = "10m"
+    async with warmgate(data, str(tmp_path)) as wg, chromium() as first:
+        runtime = wg.runtime("wan")
+        browser = first.context.browser
+        pages = [first, *[await browser.new_page() for _ in range(7)]]
+        for page in pages:  # each gets the waiting page at once
+            response = await page.goto(wg.url + "/")
+            assert response is not None and response.status == 503
+        # Ready: every tab continues by itself, at the pace the app survives, to its page.
+        for page in pages:
+            await page.wait_for_selector("#generate", timeout=START)
+        assert runtime.state.phase is Phase.READY
+        assert await metric_value(wg.admin, "warmgate_cold_starts_total", target="wan") == 1
