@@ -290,6 +290,23 @@ def websocket_again(engine: Engine, path: str, first_message: str | None) -> str
 
 
 @runtime_checkable
+class EndsStreams(Protocol):
+    """What an :class:`Engine` whose page needs to be told that an event stream ended offers
+    (Gradio: its page marks a ``queue/data`` stream closed only on ``{"msg": "close_stream"}``,
+    and opens no new one before it did); ask through :func:`stream_farewell`."""
+
+    def stream_farewell(self, path: str) -> bytes | None:
+        """The last event (whole, blank line included) to send on a stream at this upstream path
+        that warmgate ends itself (a release, a shutdown); ``None``: none."""
+        ...
+
+
+def stream_farewell(engine: object, path: str) -> bytes | None:
+    """What ends a stream at ``path`` that warmgate closes, as the engine ends it; ``None``."""
+    return engine.stream_farewell(path) if isinstance(engine, EndsStreams) else None
+
+
+@runtime_checkable
 class ReportsQueue(Protocol):
     """What an :class:`Engine` that tells the depth of its own queue offers (ComfyUI's
     ``queue_remaining``, Gradio's ``queue_size``, vLLM's ``vllm:num_requests_waiting``); ask

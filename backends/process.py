@@ -187,7 +187,7 @@ class ProcessBackend:
             self._spawn(self._pipe(proc.stdout, "out"))
             self._spawn(self._pipe(proc.stderr, "err"))
             self._spawn(self._watch(proc))
-            self._spawn(self._listening(proc, port))
+            self._spawn(self._listening(proc, port if ready_port is None else ready_port))
 
     def _spawn(self, coro: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -212,7 +212,9 @@ class ProcessBackend:
                 return
 
     async def _listening(self, proc: asyncio.subprocess.Process, port: int) -> None:
-        """``starting`` until the child accepts connections on its port, then ``loading``."""
+        """``starting`` until the child accepts connections on ``port``, then ``loading``. A
+        child with a ``{ready_port}`` is watched there: a launcher listens on it first, while
+        its engine may open its own port only once its model is loaded (Wan2GP does)."""
         while proc.returncode is None and self._proc is proc and not self._stopping:
             try:
                 _, writer = await asyncio.open_connection(self.spec.host, port)

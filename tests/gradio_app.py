@@ -1,11 +1,20 @@
 """A small Gradio Blocks app shaped like Wan2GP for the engine tests: per-session gr.State, a slow
 generator reporting progress, a file output, and a model that loads on first use (or at the
 warm-up call). ``python -m tests.gradio_app --port PORT``; ``GRADIO_ROOT_PATH`` as Gradio reads it.
+
+Like Wan2GP, it launches with Gradio's own check of ``HEAD /`` (3 s timeout; it exits 1 when that
+fails). Two more of Wan2GP's ways, asked through the environment:
+- ``GRADIO_APP_OPEN_STREAMS=1``: the ``events`` job leaves its tab's ``queue/data`` stream open
+  with no job behind it (heartbeats only), as Gradio 5.29's page often does with Wan2GP; here by
+  keeping one more event id pending for the session, so Gradio never sends ``close_stream``.
+- ``GRADIO_APP_PAGE_WEIGHT=N``: a page as heavy to build as Wan2GP's: N hidden values in its
+  config, copied by every ``GET /`` (and by ``HEAD /``, the launch check).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -54,32 +63,45 @@ def export(prompt: str) -> str:
     return str(path)
 
 
-def events() -> str:
+def events(request: gr.Request) -> str:
+    if os.environ.get("GRADIO_APP_OPEN_STREAMS") == "1":
+        # An event id that never completes: Gradio keeps the session's stream open after this
+        # job, carrying heartbeats only (warmgate sees no job on it: none names this id).
+        pending = DEMO._queue.pending_event_ids_session
+        pending.setdefault(str(request.session_hash), set()).add("never-completes")
     return ",".join(EVENTS)
 
 
 def build() -> gr.Blocks:
+    weight = int(os.environ.get("GRADIO_APP_PAGE_WEIGHT", "0"))
     with gr.Blocks(title="wan2gp-like") as demo:
+        if weight:
+            gr.JSON([{"i": i, "v": [i, str(i)]} for i in range(weight)], visible=False)
         count = gr.State(0)
-        prompt = gr.Textbox(label="prompt")
+        prompt = gr.Textbox(label="prompt", elem_id="prompt")
         seconds = gr.Number(label="seconds", value=1.0)
-        status = gr.Textbox(label="status")
+        status = gr.Textbox(label="status", elem_id="status")
         file = gr.File(label="file")
-        log = gr.Textbox(label="events")
-        gr.Button("generate").click(
+        log = gr.Textbox(label="events", elem_id="events")
+        gr.Button("generate", elem_id="generate").click(
             generate, [prompt, seconds, count], [status, count], api_name="generate"
         )
         gr.Button("export").click(export, [prompt], [file], api_name="export")
-        gr.Button("events").click(events, [], [log], api_name="events")
+        gr.Button("events", elem_id="list-events").click(events, [], [log], api_name="events")
         gr.Button("warm up", visible=False).click(warm_up, [], [status], api_name="warm_up")
     return demo
 
 
+DEMO: Any = None
+
+
 def main() -> None:
+    global DEMO
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    build().queue(default_concurrency_limit=4).launch(
+    DEMO = build()
+    DEMO.queue(default_concurrency_limit=4).launch(
         server_name="127.0.0.1", server_port=args.port, show_error=True, quiet=True
     )
 

@@ -324,3 +324,21 @@ async def test_python_after_a_launchers_double_dash_is_warmgates_interpreter_too
         assert resp.status == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "warmgate.process"]
     assert f"[t] launching {sys.executable}" in lines, lines
+
+
+LAUNCHER = (
+    "import socket, sys, time\n"
+    "ready = socket.create_server(('127.0.0.1', int(sys.argv[1])))\n"
+    "time.sleep(3600)  # its engine opens its own port only once the model is loaded\n"
+)
+"""A launcher like Wan2GP's: it listens on ``{ready_port}`` at once, its engine's port last."""
+
+
+async def test_a_child_that_listens_on_its_ready_port_is_loading() -> None:
+    data = process_config(["python", "-c", LAUNCHER, "{ready_port}", "--port", "{port}"])
+    data["targets"]["t"]["readiness"] = {"path": "/readyz", "port": "{ready_port}"}
+    async with warmgate(data) as wg:
+        runtime = wg.runtime("t")
+        runtime.request_start()
+        await wait_until(lambda: runtime.state.stage == "loading")
+        assert runtime.state.phase is Phase.STARTING

@@ -111,3 +111,16 @@ def test_an_event_over_the_bound_is_cut_but_still_read() -> None:
     assert job_message(text, cut) == ("process_completed", "a")
     # and the next event is whole again
     assert parser.feed(message("heartbeat")) == [('{"msg": "heartbeat", "event_id": null}', False)]
+
+
+def test_where_the_events_fed_end() -> None:
+    """A farewell warmgate adds (Gradio's close_stream) goes after a whole event, never inside
+    one cut short."""
+    parser = EventParser()
+    assert parser.between_events
+    parser.feed(b'data: {"msg": "heartbeat"}\n')
+    assert not parser.between_events
+    parser.feed(b"\n")
+    assert parser.between_events
+    parser.feed(b'data: {"msg": "heart')
+    assert not parser.between_events

@@ -1,6 +1,9 @@
 """``engine: gradio``: a Gradio app (Wan2GP runs on Gradio 5.x).
 
-- **Ready**: ``GET /config`` answers 200; then, with ``warmup: {api_name, data}``, one call
+- **Ready**: ``GET /config`` answers 200 and has for :data:`LAUNCH_CHECK` (Gradio's ``launch()``
+  checks ``HEAD /`` after its app first answers, and exits when that check times out: a burst of
+  page loads let through meanwhile killed Wan2GP; nothing in the app says the check is over);
+  then, with ``warmup: {api_name, data}``, one call
   through the app's API (``POST {api}/call/<api_name>``, then its event stream until
   ``complete``) before the target counts as ready: an app that loads its model on the first
   generation has it resident before the first person waits.
@@ -14,6 +17,10 @@
 - **Not activity**: ``{api}/heartbeat/<session>`` streams stay open for a tab's whole life. They
   are never cut while the target is up either: Gradio cancels a session's jobs when its heartbeat
   drops. They are closed only when the target is released.
+- **Ended by warmgate** (a release, a shutdown): a ``queue/data`` stream gets Gradio's own
+  ``{"msg": "close_stream"}`` first, as Gradio ends it; Gradio's page marks its stream closed only
+  then, and opens a new one for its next job only if it did (else a click after a release spins
+  for good).
 - **Wakes**: anything but a websocket, a heartbeat reconnecting, or a ``queue/data`` stream (a
   session of a process that is gone); so ``gradio_client`` (which starts with ``GET /config``)
   wakes a cold target and is held through the cold start.
@@ -23,6 +30,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Final
 
@@ -38,6 +46,13 @@ from backends.engines.common import (
     engine_error,
 )
 from backends.specs import EngineSpec, GradioWarmup
+
+CLOSE_STREAM: Final = b'data: {"msg":"close_stream","event_id":null}\n\n'
+"""The event Gradio ends a ``queue/data`` stream with (``CloseStreamMessage``, as it writes it)."""
+
+LAUNCH_CHECK: Final = 3.5
+"""Seconds from the app's first answer to its launch being over: Gradio's own ``HEAD /`` check
+(made right after its startup events) times out at 3 s, and the launch fails then."""
 
 DEFAULT_API_PREFIX: Final = "/gradio_api"
 """Gradio 5's; replaced by ``api_prefix`` from ``/config`` once the app answered."""
@@ -81,6 +96,8 @@ class GradioEngine(EngineBase):
     def __init__(self, spec: EngineSpec) -> None:
         super().__init__(spec)
         self.api_prefix = DEFAULT_API_PREFIX
+        self._answered_at: dict[str, float] = {}
+        """Endpoint -> loop time its ``/config`` first answered in this start."""
         self.call: GradioWarmup | None = spec.warmup
         if self.call is not None:
             self.warmup = Warmup("gradio", self._warm_up)
@@ -88,12 +105,23 @@ class GradioEngine(EngineBase):
     async def probe_ready(self, base_url: str) -> bool:
         if self.ready_path != self.default_ready_path or self.readiness.port is not None:
             return await super().probe_ready(base_url)
+        now = asyncio.get_running_loop().time()
+        answered = self._answered_at.get(base_url)
+        if answered is not None and now - answered < LAUNCH_CHECK:
+            return False  # Gradio's launch may still be checking HEAD /: not one more request
         config = await self.get_json(base_url, self.ready_path)
         if not isinstance(config, dict):
+            self._answered_at.pop(base_url, None)
             return False
         prefix = config.get("api_prefix")
         self.api_prefix = "/" + prefix.strip("/") if isinstance(prefix, str) and prefix else ""
-        return self.warmup is None or self.warmup.done(base_url)
+        if answered is None:
+            self._answered_at[base_url] = now
+            return False
+        if self.warmup is not None and not self.warmup.done(base_url):
+            return False
+        del self._answered_at[base_url]  # reported once: the next start waits again
+        return True
 
     async def _warm_up(self, base_url: str) -> None:
         assert self.call is not None
@@ -145,3 +173,6 @@ class GradioEngine(EngineBase):
         if is_queue_stream(path):
             return "jobs"
         return "open" if is_call_stream(path) else "frames"
+
+    def stream_farewell(self, path: str) -> bytes | None:
+        return CLOSE_STREAM if is_queue_stream(path) else None

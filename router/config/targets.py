@@ -23,6 +23,10 @@ from backends.specs import (
 from backends.units import Duration, Size, parse_duration
 from router.config.windows import Window, parse_window
 
+GRADIO_RELEASE_RATE = 2.0
+"""``waiting.release_rate`` of ``engine: gradio`` (requests per second): each of Wan2GP's page
+loads builds its whole UI config; two a second leave its launch check and its first jobs room."""
+
 
 class Route(Frozen):
     """What sends a request to a target. The longest matching ``path_prefix`` wins across all
@@ -95,6 +99,13 @@ class Waiting(Frozen):
     next start. Held, it is no activity, never wakes, and counts in ``scaling.max_held``.
     Omitted: true for ``engine: comfyui`` (a tab retries its websocket and shows "Reconnecting"
     until reloaded), false for the others, whose pages do not depend on one socket."""
+
+    release_rate: Annotated[float, Field(ge=0)] | None = None
+    """Requests held through a start (and waiting pages that continue) let through at most this
+    many per second once the target is ready; a burst at "ready" no longer lands on an engine
+    that has only just started. ``0``: all at once. Omitted: 2 for ``engine: gradio`` (a burst of
+    page loads right after Wan2GP started made its launch check time out, and it exited), all
+    at once for the others."""
 
 
 def _idle_after(value: object) -> object:
@@ -265,6 +276,15 @@ class Target(Frozen):
         """``waiting.hold_websockets``, or the engine's default (comfyui: yes)."""
         hold = self.waiting.hold_websockets
         return self.engine == "comfyui" if hold is None else hold
+
+    @property
+    def release_rate(self) -> float | None:
+        """``waiting.release_rate`` per second, or the engine's default (gradio: 2); ``None``:
+        all at once."""
+        rate = self.waiting.release_rate
+        if rate is None:
+            rate = GRADIO_RELEASE_RATE if self.engine == "gradio" else 0.0
+        return rate or None
 
     @field_validator("routes")
     @classmethod

@@ -16,6 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from backends.base import stream_farewell
 from router.errors import BodyTooLarge, RequestError
 from router.http.failures import translate
 from router.http.h1.connector import pool_of
@@ -29,7 +30,7 @@ from router.http.headers import (
 from router.http.in_flight import InFlight
 from router.http.replies import STARTED
 from router.http.runtime import Runtime
-from router.http.sse import JobWatch
+from router.http.sse import EventParser, JobWatch
 
 log = logging.getLogger("warmgate.proxy")
 
@@ -217,6 +218,10 @@ async def respond(
     mode = runtime.engine.stream_activity(path) if stream else "open"
     counts = mode == "frames"
     watch = JobWatch(runtime) if mode == "jobs" else None
+    # What the engine's page must read before a stream warmgate ends (Gradio's close_stream),
+    # and where the events it forwarded end, so that it comes as an event of its own.
+    farewell = stream_farewell(runtime.engine, path) if stream else None
+    events = (watch.parser if watch is not None else EventParser()) if farewell else None
     if stream:
         stream_key = object()
         if mode != "open":
@@ -234,8 +239,10 @@ async def respond(
         request[STARTED] = response
         if stream or upstream.chunks or not upstream.done:
             sent = await _body(
-                request, runtime, upstream, response, stream, counts, watch, first_bytes
+                request, runtime, upstream, response, stream, counts, watch, first_bytes, events
             )
+        if ended:
+            sent += await _farewell(response, farewell, events)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away; the caller's close() ends the upstream exchange
@@ -243,6 +250,7 @@ async def respond(
         if ended and (response.chunked or length is None):
             # A terminating chunk (or the end of the connection): a clean end, no error.
             with contextlib.suppress(ConnectionResetError):
+                sent += await _farewell(response, farewell, events)
                 await response.write_eof()
         else:
             # Headers are gone already: the only honest signal left is to cut the connection.
@@ -289,6 +297,18 @@ class _WithFirstBytes(web.StreamResponse):
     _send_headers_immediately = False
 
 
+async def _farewell(
+    response: web.StreamResponse, farewell: bytes | None, events: EventParser | None
+) -> int:
+    """Send the engine's last event on a stream warmgate ends; the bytes written."""
+    if farewell is None:
+        return 0
+    if events is not None and not events.between_events:
+        farewell = b"\n\n" + farewell  # end the event cut short first: the farewell is its own
+    await response.write(farewell)
+    return len(farewell)
+
+
 async def _body(
     request: web.Request,
     runtime: Runtime,
@@ -298,6 +318,7 @@ async def _body(
     counts: bool,
     watch: JobWatch | None = None,
     first_bytes: Callable[[], None] | None = None,
+    events: EventParser | None = None,
 ) -> int:
     """Stream the body; returns the bytes written here (``upstream.sent`` counts the rest)."""
     writer = request.writer
@@ -324,4 +345,6 @@ async def _body(
             runtime.activity.last_frame = runtime.loop.time()
         elif watch is not None:
             watch.feed(chunk)
+        elif events is not None:
+            events.feed(chunk)
     return sent

@@ -65,6 +65,11 @@ class EventParser:
             start = stop + 1
         return events
 
+    @property
+    def between_events(self) -> bool:
+        """The bytes fed so far end an event (or hold none): what follows is a new event."""
+        return not (self._line or self._data)
+
     def _keep(self, piece: bytes) -> None:
         room = self.max_event + 8 - len(self._line)  # the line's field name fits in 8 more
         if len(piece) > room:

@@ -279,4 +279,6 @@ class WaitingPages:
         if request.match_info.get("kind") != "status" or runtime is None:
             raise web.HTTPNotFound(text="unknown warmgate page")
         runtime.waited()  # someone still waits: the start is not abandoned
+        if runtime.servable_now() is not None:
+            await runtime.let_through()  # the page continues: one more of a start's burst
         return web.json_response(status(runtime), headers={"Cache-Control": "no-store"})

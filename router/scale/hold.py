@@ -74,6 +74,15 @@ async def wait_ready(
     return HoldResult(state, loop.time() - started, cold=True)
 
 
+def release_at(next_free: float, now: float, rate: float | None) -> tuple[float, float]:
+    """When one more request held through a start may go on, and from when the one after it
+    may: at most ``rate`` per second (``waiting.release_rate``; ``None``: all at once). Pure."""
+    if rate is None:
+        return now, next_free
+    at = max(now, next_free)
+    return at, at + 1.0 / rate
+
+
 def admission_error(
     state: TargetState, held: int, max_held: int, target: str, now: float
 ) -> Shedding | TargetFailed | None:

@@ -16,7 +16,13 @@ from router.http.in_flight import InFlight
 from router.metrics import Metrics
 from router.scale.activity import Activity
 from router.scale.engine_queue import EngineQueue
-from router.scale.hold import HoldResult, admission_error, shutting_down, wait_ready
+from router.scale.hold import (
+    HoldResult,
+    admission_error,
+    release_at,
+    shutting_down,
+    wait_ready,
+)
 from router.scale.learned import Learned
 from router.scale.pools import Seats
 from router.scale.rollout import RolloutWatch
@@ -99,6 +105,8 @@ class TargetRuntime:
         """A release was asked for (the dashboard): released once nothing is at work; dropped
         when the release begins, or when activity resumes first."""
         self._next_endpoint = 0
+        self._released_next = float("-inf")
+        """When the next request held through a start may go on (``waiting.release_rate``)."""
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
         self.queue = EngineQueue()
@@ -208,6 +216,14 @@ class TargetRuntime:
         self.cell.wake_all()
         self.wake.set()
 
+    async def let_through(self) -> None:
+        """Wait for this one's turn among those a start released (held requests, waiting pages
+        that continue): ``waiting.release_rate`` a second; at once while there is no queue."""
+        now = self.loop.time()
+        at, self._released_next = release_at(self._released_next, now, self.spec.release_rate)
+        if at > now:
+            await asyncio.sleep(at - now)
+
     async def acquire(self, facts: RequestFacts) -> HoldResult:
         """A state with endpoints to forward to; holds through a cold start when needed.
 
@@ -244,6 +260,11 @@ class TargetRuntime:
                     listener()
             result = await wait_ready(
                 self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop, self._closing
+            )
+            await self.let_through()
+            state = self.cell.current
+            result = HoldResult(
+                state if _servable(state) else result.state, self.loop.time() - now, cold=True
             )
             outcome = "ready"
             if result.cold:  # what a start costs in waiting (idle_after: auto weighs it)
