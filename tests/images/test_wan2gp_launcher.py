@@ -103,7 +103,8 @@ async def launch(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
             proc = await asyncio.create_subprocess_exec(
                 *(sys.executable, "-m", "warmgate_wan2gp"),
                 *("--ready-host", "127.0.0.1", "--ready-port", str(ready_port)),
-                *("--probe-interval", "0.02", "--stop-grace", "5", *options),
+                *("--probe-interval", "0.02", "--stop-grace", "5", "--launch-check", "0"),
+                *options,
                 *("--", sys.executable, str(WGP), "--listen", "--server-port", str(app_port)),
                 cwd=tmp_path,
                 env=environ,
@@ -201,6 +202,18 @@ async def test_without_eager_load_ready_once_the_app_answers(
     assert body == {"stage": "ready", "progress": 1.0, "loaded": [], "eager": False}
     assert run.config()["preload_model_policy"] == [], "nothing preloaded"
     assert "Loading Model" not in run.output()
+
+
+async def test_ready_only_once_gradios_own_launch_check_is_over(launch: Any) -> None:
+    """Gradio's launch() checks ``HEAD /`` with a 3 s timeout after the app first answers and
+    exits when that times out: a burst of page loads let through meanwhile killed Wan2GP. The
+    app answering is ``launching``; ``ready`` comes once the check is over."""
+    run = await launch("--launch-check", "60")
+    body = await run.until(lambda s, b: b.get("stage") == "launching")
+    assert body["progress"] == 0.0
+    assert "its launch check runs" in run.output()
+    status, body = await run.readyz() or (0, {})
+    assert (status, body["stage"]) == (503, "launching"), "not ready while it may still check"
 
 
 async def test_eager_load_0_after_a_run_with_1_preloads_nothing(
@@ -319,7 +332,10 @@ def test_loading_lines_as_wan2gp_prints_them() -> None:
     ]:
         state = readiness.observe_line(state, line)
     assert state.files == ("a.safetensors", "b.safetensors", "c.safetensors")
-    ready = readiness.app_answered(state)
+    launching = readiness.app_answered(state)
+    assert launching.stage == "launching" and readiness.answer(launching)[0] == 503
+    ready = readiness.launched(launching)
+    assert ready.stage == "ready" and readiness.answer(ready)[0] == 200
     assert readiness.observe_line(ready, "Loading Model 'd.safetensors' ...") == ready
     assert readiness.exited(readiness.stopping(ready), 0).stage == "stopping"
 

@@ -53,6 +53,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cwd", default=".", help="wgp.py's working directory")
     parser.add_argument("--probe-path", default="/config", help="asked of the app: Gradio's config")
     parser.add_argument("--probe-interval", type=float, default=0.5, help="seconds")
+    parser.add_argument(
+        "--launch-check",
+        type=float,
+        default=3.5,
+        help="seconds from the app's first answer to ready: Gradio's launch() then checks "
+        "HEAD / with a 3 s timeout and exits when it times out (default %(default)s)",
+    )
     parser.add_argument("--stop-grace", type=float, default=25.0, help="SIGINT to SIGKILL, seconds")
     parser.add_argument(
         "--failed-linger",
@@ -167,7 +174,11 @@ class Launcher:
         while self.state.stage in ("starting", "loading"):
             if await self.app_answers():
                 self.state = readiness.app_answered(self.state)
-                say(f"ready: the app answers on port {self.port}")
+                say(f"the app answers on port {self.port}; its launch check runs")
+                await asyncio.sleep(self.args.launch_check)
+                self.state = readiness.launched(self.state)
+                if self.state.stage == "ready":
+                    say(f"ready: the app answers on port {self.port}")
                 return
             await asyncio.sleep(self.args.probe_interval)
 

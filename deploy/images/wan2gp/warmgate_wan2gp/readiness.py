@@ -22,7 +22,8 @@ _LOADING = re.compile(r"^Loading (?:Model|Module|Text Encoder) '(?P<name>[^']+)'
 class Readiness:
     eager: bool
     stage: str = "starting"
-    """starting (wgp.py importing) -> loading (a Loading line seen) -> ready (the app answered);
+    """starting (wgp.py importing) -> loading (a Loading line seen) -> launching (the app
+    answered; Gradio's own launch check, ``HEAD /`` with a 3 s timeout, may still run) -> ready;
     failed (wgp.py exited; said until the launcher exits) and stopping (asked to stop) at any
     point."""
     files: tuple[str, ...] = ()
@@ -39,7 +40,13 @@ def observe_line(state: Readiness, line: str) -> Readiness:
 
 
 def app_answered(state: Readiness) -> Readiness:
-    return replace(state, stage="ready") if state.stage in ("starting", "loading") else state
+    """The app answered its first request: launching, until its own launch check is over."""
+    return replace(state, stage="launching") if state.stage in ("starting", "loading") else state
+
+
+def launched(state: Readiness) -> Readiness:
+    """Gradio's launch check is over: ready (a burst of page loads no longer kills it)."""
+    return replace(state, stage="ready") if state.stage == "launching" else state
 
 
 def exited(state: Readiness, code: int, why: str | None = None) -> Readiness:
