@@ -10,8 +10,11 @@ import time
 import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
+from aiohttp.test_utils import make_mocked_request
 from yarl import URL
 
+from router.errors import UpstreamError
+from router.http.replies import error_response
 from tests.helpers import metric_value, serve_app, static_config, warmgate
 
 RELEASE = web.AppKey("release_event_2", asyncio.Event)
@@ -222,6 +225,19 @@ async def test_browsers_get_html_errors(stack) -> None:  # type: ignore[no-untyp
         assert resp.status == 502
         assert resp.content_type == "text/html"
         assert "refused" in await resp.text() or "closed" in await resp.text()
+
+
+async def test_a_browser_s_error_page_for_a_broken_engine_tries_again_by_itself(stack) -> None:  # type: ignore[no-untyped-def]
+    """A page load that met a 502 (an engine that broke, restarting) continues by itself, as
+    the waiting page does; a POST's page does not resend it."""
+    wg, client, _ = stack
+    async with client.get(wg.url + "/reset", headers={"Accept": "text/html"}) as resp:
+        page = await resp.text()
+    assert resp.status == 502
+    assert '<meta http-equiv="refresh" content="5">' in page and "tries again in 5 s" in page
+    post = make_mocked_request("POST", "/render", headers={"Accept": "text/html"})
+    reply = error_response(post, UpstreamError("target 't' closed the connection", target="t"))
+    assert reply.status == 502 and "http-equiv" not in (reply.text or "")
 
 
 async def test_a_connection_closed_before_the_headers_is_said_in_words(stack) -> None:  # type: ignore[no-untyped-def]

@@ -35,16 +35,30 @@ def wants_html(request: web.BaseRequest) -> bool:
     return "text/html" in request.headers.get("Accept", "")
 
 
+AGAIN_AFTER: Final = 5
+"""Seconds after which a browser's page for a passing failure (502, 503, 504 on a page load)
+loads itself again, where the error names no ``Retry-After`` of its own."""
+
+
 def error_response(request: web.BaseRequest, error: RequestError) -> web.Response:
     headers = {"Cache-Control": "no-store"}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
     if wants_html(request):
         title = html.escape(f"{error.status} {error.code.replace('_', ' ')}")
+        again, note = "", ""
+        if error.status in (502, 503, 504) and request.method in ("GET", "HEAD"):
+            # An engine that broke or restarts: the page continues by itself, as the waiting
+            # page does (a POST's page is not sent again).
+            seconds = (
+                AGAIN_AFTER if error.retry_after is None else max(1, math.ceil(error.retry_after))
+            )
+            again = f'<meta http-equiv="refresh" content="{seconds}">'
+            note = f"<p>This page tries again in {seconds} s.</p>"
         body = (
-            "<!doctype html><html><head><meta charset=utf-8>"
+            f"<!doctype html><html><head><meta charset=utf-8>{again}"
             f"<title>{title}</title></head><body><h1>{title}</h1>"
-            f"<p>{html.escape(error.message)}</p><hr><small>warmgate</small></body></html>"
+            f"<p>{html.escape(error.message)}</p>{note}<hr><small>warmgate</small></body></html>"
         )
         return web.Response(
             status=error.status, text=body, content_type="text/html", headers=headers
