@@ -30,7 +30,11 @@ class RouteEntry:
             return True
         if self.exact_hosts is not None and host in self.exact_hosts:
             return True
-        return any(host.endswith(suffix) for suffix in self.wildcard_suffixes)
+        # ``*.w.example.com`` stands for one label or more before the suffix, none empty.
+        return any(
+            host.endswith(suffix) and _labels(host[: -len(suffix)])
+            for suffix in self.wildcard_suffixes
+        )
 
     def matches_path(self, path: str) -> bool:
         prefix = self.prefix
@@ -74,14 +78,21 @@ def _entry(target: str, route: Route) -> tuple[tuple[int, int, int], RouteEntry]
     return (len(route.path_prefix.rstrip("/")), host_rank, len(route.headers)), entry
 
 
+def _labels(name: str) -> bool:
+    """``name`` is one DNS label or more, none of them empty."""
+    return bool(name) and "" not in name.split(".")
+
+
 def normalize_host(host: str | None) -> str:
-    """Lowercase, without the port; ``[::1]:8080`` -> ``::1``."""
+    """Lowercase, without the port and without the root's trailing dot (``a.example.com.`` is
+    ``a.example.com``); ``[::1]:8080`` -> ``::1``."""
     if not host:
         return ""
     host = host.strip().lower()
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return host[:-1] if host.endswith(".") else host
 
 
 class RouteTable:
