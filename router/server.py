@@ -128,7 +128,7 @@ class _GuardedHandler(RequestHandler):
             message = messages[index][0]
             if isinstance(message, _ErrInfo):
                 return
-            why = refusal(message.method, message.path, message.headers)
+            why = refusal(message.method, message.path, message.headers, message.version)
             if why is not None:
                 error = BadHttpMessage(why)
                 messages[index] = (_ErrInfo(status=400, exc=error, message=why), EMPTY_PAYLOAD)

@@ -125,6 +125,26 @@ async def test_a_bad_request_is_refused_and_nothing_after_it_is_parsed(
     assert not any(b"/smuggled" in head for head in upstream.heads)
 
 
+ALONE = {
+    "HTTP/2.0 with nothing after it": b"GET /a HTTP/2.0\r\nHost: t\r\n\r\n",
+    "HTTP/0.9 with nothing after it": b"GET /a\r\n\r\n",
+    "HTTP/1.2 with nothing after it": b"GET /a HTTP/1.2\r\nHost: t\r\n\r\n",
+    "HTTP/3.0 with nothing after it": b"GET /a HTTP/3.0\r\nHost: t\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("request_bytes", ALONE.values(), ids=ALONE.keys())
+async def test_a_version_but_1_0_and_1_1_is_refused_with_nothing_after_it(
+    stack: tuple[Running, RawUpstream], request_bytes: bytes
+) -> None:
+    wg, upstream = stack
+    upstream.heads.clear()
+    received, closed = await exchange(wg, request_bytes)
+    assert statuses(received) == [b"400"], received[:300]
+    assert closed
+    assert upstream.heads == []
+
+
 async def test_bytes_after_a_refused_request_in_a_later_read_are_not_parsed(
     stack: tuple[Running, RawUpstream],
 ) -> None:
