@@ -12,7 +12,7 @@ import signal
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
@@ -20,6 +20,7 @@ from router.app import Apps, build_apps
 from router.cluster.keda import ScalerServer
 from router.config import Config
 from router.errors import ListenError
+from router.http.bad_requests import BadRequestLog
 from router.http.intake import refusal
 from router.keys import RUNTIMES
 
@@ -137,6 +138,27 @@ class _GuardedHandler(RequestHandler):
                 self._refused = True
                 return
 
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request that could not be parsed or was refused: one rate-limited warning line
+        (aiohttp logs each at ERROR with a traceback); anything else as aiohttp handles it."""
+        if status >= 500 or not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        why = (message or exc.message or type(exc).__name__).splitlines()[0]
+        getattr(self._manager, "bad_requests", _BAD_REQUESTS).refused(
+            self._loop.time(), request.remote, status, why
+        )
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response began already: no error response can follow")
+        response = web.Response(status=status, text=message, content_type="text/plain")
+        response.force_close()
+        return response
+
     def _between_requests(self) -> bool:
         """The connection waits for its next request (the last one fully answered, its body
         read): bytes arriving now begin a head, never a body or a websocket's frames."""
@@ -155,8 +177,12 @@ class _GuardedHandler(RequestHandler):
             self.force_close()
 
 
+_BAD_REQUESTS = BadRequestLog()
+
+
 class _GuardedServer(web.Server):
     header_timeout = 10.0
+    bad_requests = _BAD_REQUESTS
 
     def __call__(self) -> RequestHandler:
         return _GuardedHandler(self, loop=self._loop, **self._kwargs)
@@ -172,6 +198,7 @@ class _Runner(web.AppRunner):
         # The same server with guarded connections: aiohttp has no limit on a trickling head.
         server.__class__ = _GuardedServer
         server.header_timeout = self._header_timeout  # type: ignore[attr-defined]
+        server.bad_requests = BadRequestLog()  # type: ignore[attr-defined]
         return server
 
 
