@@ -30,11 +30,7 @@ class RouteEntry:
             return True
         if self.exact_hosts is not None and host in self.exact_hosts:
             return True
-        # ``*.w.example.com`` stands for one label or more before the suffix, none empty.
-        return any(
-            host.endswith(suffix) and _labels(host[: -len(suffix)])
-            for suffix in self.wildcard_suffixes
-        )
+        return any(under(host, suffix) for suffix in self.wildcard_suffixes)
 
     def matches_path(self, path: str) -> bool:
         prefix = self.prefix
@@ -78,9 +74,13 @@ def _entry(target: str, route: Route) -> tuple[tuple[int, int, int], RouteEntry]
     return (len(route.path_prefix.rstrip("/")), host_rank, len(route.headers)), entry
 
 
-def _labels(name: str) -> bool:
-    """``name`` is one DNS label or more, none of them empty."""
-    return bool(name) and "" not in name.split(".")
+def under(host: str, suffix: str) -> bool:
+    """``host`` matches the wildcard ``*`` + ``suffix`` (``*.w.example.com``): one label or
+    more before the suffix, none of them empty."""
+    if not host.endswith(suffix):
+        return False
+    labels = host[: -len(suffix)]
+    return bool(labels) and "" not in labels.split(".")
 
 
 def normalize_host(host: str | None) -> str:
