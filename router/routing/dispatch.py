@@ -27,6 +27,7 @@ from router.http.websocket import forward_websocket, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
+from router.routing.paths import normalize_path
 from router.scale.hold import HoldResult
 from router.scale.state import TargetState
 from router.scale.targets import TargetRuntime
@@ -196,7 +197,9 @@ class Dispatcher:
         raw = request.raw_path
         if not raw.startswith("/"):
             raise BadRequest("the request target must be an absolute path")
-        path = raw.partition("?")[0]
+        path = normalize_path(raw.partition("?")[0])
+        if path is None:
+            raise BadRequest("the request path hides a dot segment behind %2f or a backslash")
         headers = request.headers
         host = headers.get("Host")
         match = self.table.match(host, path, headers)
