@@ -17,7 +17,7 @@ from yarl import URL
 
 from backends.base import RequestFacts
 from router.config import logged_path
-from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
+from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError, UpstreamError
 from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
 from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
@@ -261,7 +261,14 @@ class Dispatcher:
         url = URL(runtime.pick_endpoint(state) + path, encoded=True)
         session = self.sessions[runtime.name]
         ended = functools.partial(self._account, request, runtime, started)
-        return await forward_websocket(request, runtime, session, url, headers, cold_wait, ended)
+        response = await forward_websocket(
+            request, runtime, session, url, headers, cold_wait, ended
+        )
+        if response.status < 200 and not isinstance(response, web.WebSocketResponse):
+            # The engine's 101 failed the handshake (a wrong Sec-WebSocket-Accept): no upgrade
+            # happened, and a bare 101 would leave the client parsing HTTP after it.
+            raise UpstreamError("the engine's websocket handshake was invalid", target=runtime.name)
+        return response
 
     async def _held_websocket(
         self, request: web.Request, runtime: TargetRuntime, match: Match, started: float
