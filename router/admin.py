@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from router.http.finite_json import dumps
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES
 from router.routing.match import normalize_host, under
 from router.scale.state import Phase
@@ -65,7 +66,7 @@ async def targets(request: web.Request) -> web.Response:
             # the engine's own queue as the busy poll read it (docs/engines.md)
             **_queue(runtime),
         }
-    return web.json_response(out)
+    return web.json_response(out, dumps=dumps)
 
 
 def _queue(runtime: TargetRuntime) -> dict[str, Any]:

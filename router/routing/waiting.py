@@ -14,13 +14,13 @@ API clients are held, never shown this page.
 from __future__ import annotations
 
 import html
-import json
 import math
 from collections.abc import Mapping
 
 from aiohttp import web
 
 from backends.base import RequestFacts
+from router.http.finite_json import dumps
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -186,7 +186,7 @@ def render(runtime: TargetRuntime) -> web.Response:
         percent=f"{percent:.1f}",
         elapsed=f"{elapsed:.0f}",
         phase=html.escape(str(info["phase"])),
-        status_json=json.dumps(info).replace("<", "\\u003c"),
+        status_json=dumps(info).replace("<", "\\u003c"),
     )
     retry = max(1, math.ceil(min(eta - elapsed, 10.0))) if eta > elapsed else 2
     return web.Response(
@@ -219,4 +219,6 @@ class WaitingPages:
         if request.match_info.get("kind") != "status" or runtime is None:
             raise web.HTTPNotFound(text="unknown warmgate page")
         runtime.waited()  # someone still waits: the start is not abandoned
-        return web.json_response(status(runtime), headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            status(runtime), headers={"Cache-Control": "no-store"}, dumps=dumps
+        )
