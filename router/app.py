@@ -178,7 +178,7 @@ def build_apps(config: Config) -> Apps:
             public.cleanup_ctx.append(kept(api.budget, spend_store, key, replicas.spend.remember))
         elif (budget_file := _file_store(config)) is not None:
             public.cleanup_ctx.append(kept(api.budget, budget_file))
-    public.router.add_route("*", "/{tail:.*}", dispatcher.handle)
+    public.router.add_route("*", "/{tail:.*}", dispatcher.handle, expect_handler=dispatcher.expect)
 
     admin = build_admin_app()
     admin[CONFIG] = config

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -164,6 +165,20 @@ class Dispatcher:
             # However the request ends: answered, refused, or cut short (the handler is
             # cancelled when its client goes away, in the middle of a stream too).
             self._account(request, runtime, started, response)
+
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: a request its route refuses (a body over ``max_body``, no
+        route) is answered now, without ``100 Continue``, and its connection closed (the body
+        may follow or not); any other gets aiohttp's ``100 Continue``."""
+        try:
+            self._route(request)
+        except RequestError as exc:
+            response = error_response(request, exc)
+            response.force_close()
+            self._account(request, None, self.loop.time(), response)
+            return response
+        await _default_expect_handler(request)
+        return None
 
     def _account(
         self,
