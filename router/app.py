@@ -160,7 +160,7 @@ def build_apps(config: Config) -> Apps:
     public[RUNTIMES] = runtimes
     public.cleanup_ctx.append(run_targets)
     public.on_shutdown.append(close_streams)
-    waiting = WaitingPages(runtimes)
+    waiting = WaitingPages(runtimes, dispatcher.table)
     dispatcher.waiting_page = waiting
     public.router.add_get(PREFIX + "{kind}/{target}", waiting.handle)
     public.router.add_route("*", PREFIX + "{tail:.*}", _reserved)

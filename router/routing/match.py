@@ -125,6 +125,11 @@ class RouteTable:
             return Match(entry, entry.rewrite(path))
         return None
 
+    def serves_host(self, target: str, host: str | None) -> bool:
+        """Some route of ``target`` takes requests for ``host`` (whatever their path)."""
+        bare = normalize_host(host)
+        return any(e.target == target and e.matches_host(bare) for e in self.entries)
+
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows of (hosts, path prefix, headers, target) in match order, for ``warmgate check``."""
         rows = []
