@@ -60,12 +60,14 @@ class _GuardedHandler(RequestHandler):
     aiohttp's first keep-alive timer is dropped because the head timer already closes a
     connection that sends nothing (aiohttp arms its own again after each request)."""
 
-    __slots__ = ("_head_timer", "_refused")
+    __slots__ = ("_after_chunked", "_head_timer", "_refused")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._refused = False
         """A request was refused (see :meth:`_refuse`): nothing more is read."""
+        self._after_chunked = False
+        """A chunked request was parsed: it is the connection's last (see :meth:`_refuse`)."""
         if type(getattr(self, "_messages", None)) is collections.deque:
             self._messages = _MessageQueue()  # type: ignore[assignment]
 
@@ -123,12 +125,22 @@ class _GuardedHandler(RequestHandler):
         """Of the ``parsed`` requests just queued, the first that warmgate refuses
         (router.http.intake) is answered 400 in its turn, as aiohttp answers what it cannot
         parse, and the connection closed with it; nothing after it is read or dispatched (it
-        may be a request smuggled inside it)."""
+        may be a request smuggled inside it). A chunked request is the connection's last: it
+        closes after it, and nothing parsed after it is dispatched."""
         messages = self._messages
         for index in range(len(messages) - parsed, len(messages)):
-            message = messages[index][0]
+            message, payload = messages[index]
             if isinstance(message, _ErrInfo):
                 return
+            if self._after_chunked:
+                # aiohttp's C parser gives a chunked request's trailer fields to the request
+                # after it: none after a chunked one is served (it closes the connection).
+                while len(messages) > index:
+                    messages.pop()
+                return
+            if message.chunked:
+                messages[index] = (message._replace(should_close=True), payload)
+                self._after_chunked = True
             why = refusal(message.method, message.path, message.headers, message.version)
             if why is not None:
                 error = BadHttpMessage(why)
