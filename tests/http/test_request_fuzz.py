@@ -208,7 +208,7 @@ def _lenient(ours: Outcome, raw: bytes) -> bool:
         version == (1, 1) and not any(name == b"host" for name, _ in fields)
         for _, _, version, fields in ours.heads
     )
-    spaces = re.search(rb"(?:^|\n)[^\r\n:]*  ", raw) is not None  # in a request line
+    spaces = re.search(rb"(?:^|\n)(?:[A-Za-z]+  |[^\r\n]*  +HTTP/)", raw) is not None
     empty = raw.startswith(b"\r\n") or b"\r\n" + NEXT in raw  # before a request line
     return no_host or spaces or empty
 
