@@ -33,10 +33,12 @@ test: install chromium promtool kube-bins gradio529
 faults: install kube-bins
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q -rP tests/faults tests/kube/test_faults_on_kube.py
 
-# The upstream response framer fuzzed against h11 (tests/http/test_framer_fuzz.py): 100,000
-# examples, where make test runs 300; prints how many ran and how long they took.
+# The upstream response framer and the request side (aiohttp's parser and router.http.intake)
+# fuzzed against h11 (tests/http/test_framer_fuzz.py, tests/http/test_request_fuzz.py), and the
+# path normalization's property (tests/test_paths.py): 100,000 examples each, where make test
+# runs 300 (2,000 for the paths); prints how many ran and how long they took.
 fuzz: install
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=1 tests/http/test_framer_fuzz.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=3 tests/http/test_framer_fuzz.py tests/http/test_request_fuzz.py tests/test_paths.py -k "h11 or prefix"
 
 # The suite above runs on the newest aiohttp pip resolves (pyproject: >=3.12.14,<4); this runs the
 # HTTP-facing tests again on the floor, installed apart (.aiohttp-floor, first on the path), since

@@ -1,14 +1,19 @@
-"""The admin listener: /healthz, /readyz, /metrics and /targets. Never served publicly."""
+"""The admin listener: /healthz, /readyz, /metrics and /targets. Never served publicly, and
+answering only to the names it is reached by (``admin.allowed_hosts``): 421 to any other Host."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from router.keys import METRICS, READINESS, RUNTIMES
+from router.http.finite_json import dumps
+from router.keys import CONFIG, METRICS, READINESS, RUNTIMES
+from router.routing.match import normalize_host, under
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -61,7 +66,7 @@ async def targets(request: web.Request) -> web.Response:
             # the engine's own queue as the busy poll read it (docs/engines.md)
             **_queue(runtime),
         }
-    return web.json_response(out)
+    return web.json_response(out, dumps=dumps)
 
 
 def _queue(runtime: TargetRuntime) -> dict[str, Any]:
@@ -88,8 +93,50 @@ def _start(runtime: TargetRuntime, now: float) -> dict[str, Any]:
     }
 
 
+def host_allowed(host: str | None, local: str | None, allowed: tuple[str, ...]) -> bool:
+    """A request with ``Host: host``, come in on the address ``local``, may be answered:
+    loopback names and addresses, ``local`` itself, and the names in ``allowed`` (exact or
+    ``*.suffix``). No Host at all (HTTP/1.0) is no browser's: allowed."""
+    if host is None:
+        return True
+    bare = normalize_host(host)
+    if bare == "localhost" or bare.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        address = None
+    if address is not None:
+        return address.is_loopback or (local is not None and bare == normalize_host(local))
+    return any(under(bare, name[1:]) if name.startswith("*.") else bare == name for name in allowed)
+
+
+@web.middleware
+async def known_host(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """421 to a Host the admin listener is not reached by (DNS rebinding from a web page)."""
+    config = request.app.get(CONFIG)
+    allowed = config.admin.allowed_hosts if config is not None else ()
+    transport = request.transport
+    name = transport.get_extra_info("sockname") if transport is not None else None
+    local = name[0] if isinstance(name, tuple) else None
+    if not host_allowed(request.headers.get("Host"), local, allowed):
+        return web.json_response(
+            {
+                "error": {
+                    "code": "misdirected",
+                    "message": "this admin listener does not answer to that Host: "
+                    "see admin.allowed_hosts",
+                }
+            },
+            status=421,
+        )
+    return await handler(request)
+
+
 def build_admin_app() -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[known_host])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -161,7 +161,7 @@ def build_apps(config: Config) -> Apps:
     public[RUNTIMES] = runtimes
     public.cleanup_ctx.append(run_targets)
     public.on_shutdown.append(close_streams)
-    waiting = WaitingPages(runtimes)
+    waiting = WaitingPages(runtimes, dispatcher.table)
     dispatcher.waiting_page = waiting
     public.router.add_get(PREFIX + "{kind}/{target}", waiting.handle)
     public.router.add_route("*", PREFIX + "{tail:.*}", _reserved)
@@ -179,7 +179,7 @@ def build_apps(config: Config) -> Apps:
             public.cleanup_ctx.append(kept(api.budget, spend_store, key, replicas.spend.remember))
         elif (budget_file := _file_store(config)) is not None:
             public.cleanup_ctx.append(kept(api.budget, budget_file))
-    public.router.add_route("*", "/{tail:.*}", dispatcher.handle)
+    public.router.add_route("*", "/{tail:.*}", dispatcher.handle, expect_handler=dispatcher.expect)
 
     admin = build_admin_app()
     admin[CONFIG] = config

@@ -12,7 +12,7 @@ import signal
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
@@ -20,6 +20,7 @@ from router.app import Apps, build_apps
 from router.cluster.keda import ScalerServer
 from router.config import Config
 from router.errors import ListenError
+from router.http.bad_requests import BadRequestLog
 from router.http.intake import refusal
 from router.keys import RUNTIMES
 
@@ -59,12 +60,14 @@ class _GuardedHandler(RequestHandler):
     aiohttp's first keep-alive timer is dropped because the head timer already closes a
     connection that sends nothing (aiohttp arms its own again after each request)."""
 
-    __slots__ = ("_head_timer", "_refused")
+    __slots__ = ("_after_chunked", "_head_timer", "_refused")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._refused = False
         """A request was refused (see :meth:`_refuse`): nothing more is read."""
+        self._after_chunked = False
+        """A chunked request was parsed: it is the connection's last (see :meth:`_refuse`)."""
         if type(getattr(self, "_messages", None)) is collections.deque:
             self._messages = _MessageQueue()  # type: ignore[assignment]
 
@@ -122,13 +125,23 @@ class _GuardedHandler(RequestHandler):
         """Of the ``parsed`` requests just queued, the first that warmgate refuses
         (router.http.intake) is answered 400 in its turn, as aiohttp answers what it cannot
         parse, and the connection closed with it; nothing after it is read or dispatched (it
-        may be a request smuggled inside it)."""
+        may be a request smuggled inside it). A chunked request is the connection's last: it
+        closes after it, and nothing parsed after it is dispatched."""
         messages = self._messages
         for index in range(len(messages) - parsed, len(messages)):
-            message = messages[index][0]
+            message, payload = messages[index]
             if isinstance(message, _ErrInfo):
                 return
-            why = refusal(message.method, message.path, message.headers)
+            if self._after_chunked:
+                # aiohttp's C parser gives a chunked request's trailer fields to the request
+                # after it: none after a chunked one is served (it closes the connection).
+                while len(messages) > index:
+                    messages.pop()
+                return
+            if message.chunked:
+                messages[index] = (message._replace(should_close=True), payload)
+                self._after_chunked = True
+            why = refusal(message.method, message.path, message.headers, message.version)
             if why is not None:
                 error = BadHttpMessage(why)
                 messages[index] = (_ErrInfo(status=400, exc=error, message=why), EMPTY_PAYLOAD)
@@ -136,6 +149,27 @@ class _GuardedHandler(RequestHandler):
                     messages.pop()
                 self._refused = True
                 return
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request that could not be parsed or was refused: one rate-limited warning line
+        (aiohttp logs each at ERROR with a traceback); anything else as aiohttp handles it."""
+        if status >= 500 or not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        why = (message or exc.message or type(exc).__name__).splitlines()[0]
+        getattr(self._manager, "bad_requests", _BAD_REQUESTS).refused(
+            self._loop.time(), request.remote, status, why
+        )
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response began already: no error response can follow")
+        response = web.Response(status=status, text=message, content_type="text/plain")
+        response.force_close()
+        return response
 
     def _between_requests(self) -> bool:
         """The connection waits for its next request (the last one fully answered, its body
@@ -155,8 +189,12 @@ class _GuardedHandler(RequestHandler):
             self.force_close()
 
 
+_BAD_REQUESTS = BadRequestLog()
+
+
 class _GuardedServer(web.Server):
     header_timeout = 10.0
+    bad_requests = _BAD_REQUESTS
 
     def __call__(self) -> RequestHandler:
         return _GuardedHandler(self, loop=self._loop, **self._kwargs)
@@ -172,6 +210,7 @@ class _Runner(web.AppRunner):
         # The same server with guarded connections: aiohttp has no limit on a trickling head.
         server.__class__ = _GuardedServer
         server.header_timeout = self._header_timeout  # type: ignore[attr-defined]
+        server.bad_requests = BadRequestLog()  # type: ignore[attr-defined]
         return server
 
 

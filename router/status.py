@@ -87,8 +87,9 @@ def _eta(t: dict[str, Any], now: float) -> str:
     eta = t.get("eta")
     parked = t.get("parked")
     if t["phase"] == "parked" and parked:  # a wake, not a cold start
-        if parked.get("waking") and t["since"] is not None:
-            return f"~{duration(max(0.0, parked['wake_eta'] - (now - t['since'])))} left"
+        wake = parked["wake_eta"]
+        if parked.get("waking") and t["since"] is not None and wake is not None:
+            return f"~{duration(max(0.0, wake - (now - t['since'])))} left"
         return f"~{duration(parked['wake_eta'])}"
     if eta is None or t["phase"] not in ("cold", "starting", "failed"):
         return "-"

@@ -35,18 +35,24 @@ def echo_app(seen: list[dict[str, str]]) -> web.Application:
     return app
 
 
-@pytest.mark.parametrize("trusted", [False, True])
-async def test_a_clients_forwarding_headers_pass_only_when_trusted(trusted: bool) -> None:
+async def engine_sees(sent: dict[str, str], trusted: bool) -> list[dict[str, str]]:
+    """The headers the engine got for one request and one websocket upgrade sending ``sent``."""
     seen: list[dict[str, str]] = []
     async with serve_app(echo_app(seen)) as url:
         config: dict[str, Any] = static_config(url)
         config["server"]["trust_forwarded"] = trusted
         async with warmgate(config) as wg, aiohttp.ClientSession() as client:
-            async with client.get(wg.url + "/x", headers=FORGED) as resp:
+            async with client.get(wg.url + "/x", headers=sent) as resp:
                 assert resp.status == 200
-            sock = await client.ws_connect(wg.url + "/ws", headers=FORGED)
+            sock = await client.ws_connect(wg.url + "/ws", headers=sent)
             await sock.close()
     assert len(seen) == 2
+    return seen
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+async def test_a_clients_forwarding_headers_pass_only_when_trusted(trusted: bool) -> None:
+    seen = await engine_sees(FORGED, trusted)
     for headers in seen:
         if trusted:
             assert headers["Forwarded"] == FORGED["Forwarded"]
@@ -57,3 +63,23 @@ async def test_a_clients_forwarding_headers_pass_only_when_trusted(trusted: bool
             assert "Forwarded" not in headers and "X-Real-IP" not in headers
             assert headers["X-Forwarded-For"] == "127.0.0.1"
             assert headers["X-Forwarded-Host"] != "admin.example"
+
+
+UNDERSCORED = {
+    "X_Forwarded_For": "10.0.0.1",
+    "X_Real_IP": "10.0.0.1",
+    "X_Forwarded_Host": "admin.example",
+    "X_Forwarded_Proto": "https",
+    "x_forwarded_prefix": "/admin",
+    "X-Engine_Token": "kept",
+}
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+async def test_underscore_spellings_of_forwarding_headers_never_pass(trusted: bool) -> None:
+    """A WSGI or CGI server reads ``X_Forwarded_For`` as ``X-Forwarded-For``: they never pass,
+    trusted or not (warmgate writes the real ones)."""
+    for headers in await engine_sees(UNDERSCORED, trusted):
+        assert [name for name in headers if "_" in name] == ["X-Engine_Token"], headers
+        assert headers["X-Forwarded-For"] == "127.0.0.1"
+        assert headers["X-Forwarded-Proto"] == "http"

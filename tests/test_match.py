@@ -83,6 +83,16 @@ def test_hosts_exact_wildcard_and_port() -> None:
     assert target_of("render.lab.evil", "/") == "root"
 
 
+def test_a_trailing_dot_is_the_same_host_and_an_empty_label_matches_no_wildcard() -> None:
+    assert target_of("render.lab.", "/") == "render"
+    assert target_of("render.lab.:8080", "/") == "render"
+    assert target_of("a.render.lab.", "/") == "render"
+    assert target_of(".render.lab", "/") == "root"
+    assert target_of("a..render.lab", "/") == "root"
+    assert target_of("..render.lab", "/") == "root"
+    assert target_of("render.lab..", "/") == "root"
+
+
 def test_headers_must_all_match() -> None:
     assert target_of("render.lab", "/", {"x-team": "a"}) == "team"
     assert target_of("render.lab", "/", {"x-team": "b"}) == "render"

@@ -108,3 +108,20 @@ async def test_a_replica_sends_the_token_to_the_others(
         async with asyncio.timeout(10):
             await read.wait()
     assert heard[0] == f"Bearer {TOKEN}"
+
+
+@pytest.mark.parametrize("path", STATE_CHANGING)
+async def test_a_body_nested_too_deep_is_a_plain_400(
+    path: str,
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    deep = b'{"replica": "other", "targets": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    async with warmgate(config("me")) as wg:
+        table["me"] = wg.admin
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(wg.admin + path, data=deep, headers=headers) as resp,
+        ):
+            assert resp.status == 400, await resp.text()
+            assert "nested" in await resp.text()

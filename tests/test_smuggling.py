@@ -125,6 +125,26 @@ async def test_a_bad_request_is_refused_and_nothing_after_it_is_parsed(
     assert not any(b"/smuggled" in head for head in upstream.heads)
 
 
+ALONE = {
+    "HTTP/2.0 with nothing after it": b"GET /a HTTP/2.0\r\nHost: t\r\n\r\n",
+    "HTTP/0.9 with nothing after it": b"GET /a\r\n\r\n",
+    "HTTP/1.2 with nothing after it": b"GET /a HTTP/1.2\r\nHost: t\r\n\r\n",
+    "HTTP/3.0 with nothing after it": b"GET /a HTTP/3.0\r\nHost: t\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("request_bytes", ALONE.values(), ids=ALONE.keys())
+async def test_a_version_but_1_0_and_1_1_is_refused_with_nothing_after_it(
+    stack: tuple[Running, RawUpstream], request_bytes: bytes
+) -> None:
+    wg, upstream = stack
+    upstream.heads.clear()
+    received, closed = await exchange(wg, request_bytes)
+    assert statuses(received) == [b"400"], received[:300]
+    assert closed
+    assert upstream.heads == []
+
+
 async def test_bytes_after_a_refused_request_in_a_later_read_are_not_parsed(
     stack: tuple[Running, RawUpstream],
 ) -> None:
@@ -156,3 +176,22 @@ async def test_the_control_a_good_request_lets_the_next_one_through(
     received, closed = await exchange(wg, good + SMUGGLED, wait=1.0)
     assert statuses(received) == [b"200", b"200"] and not closed  # kept alive
     assert [head.split(b" ")[1] for head in upstream.heads] == [b"/a", b"/smuggled"]
+
+
+async def test_a_chunked_requests_trailers_never_reach_the_next_request(
+    stack: tuple[Running, RawUpstream],
+) -> None:
+    """aiohttp's C parser gives a chunked request's trailer fields to the next request on the
+    connection (a front end that shares connections would hand one client's fields to
+    another's request): the connection closes after a chunked request, nothing after it is
+    served, and no request head upstream carries the trailer."""
+    wg, upstream = stack
+    upstream.heads.clear()
+    chunked = POST + b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX-Trailer: evil\r\n\r\n"
+    received, closed = await exchange(wg, chunked, SMUGGLED)
+    assert statuses(received) == [b"200"] and closed
+    assert not any(b"x-trailer" in head.lower() for head in upstream.heads), upstream.heads
+    upstream.heads.clear()
+    received, closed = await exchange(wg, chunked + SMUGGLED)
+    assert statuses(received) == [b"200"] and closed
+    assert not any(b"x-trailer" in head.lower() for head in upstream.heads), upstream.heads

@@ -46,6 +46,8 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
         body = await request.json()
     except ValueError as exc:
         raise web.HTTPBadRequest(text=f"expected a JSON object: {exc}") from exc
+    except RecursionError as exc:
+        raise web.HTTPBadRequest(text="expected a JSON object: nested too deeply") from exc
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="expected a JSON object")
     return body

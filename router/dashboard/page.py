@@ -197,7 +197,8 @@ def _parked(p: Json, now: float) -> str:
     else:
         state = "not parked"
     after = f" · park after {span(p['park_after'])}" if p["park_after"] else ""
-    return f"{state}{after} · a wake takes ~{p['wake_eta']:.1f}s"  # fixed words, times, numbers
+    wake = "?" if p["wake_eta"] is None else f"{p['wake_eta']:.1f}"
+    return f"{state}{after} · a wake takes ~{wake}s"  # fixed words, times, numbers
 
 
 def pools_section(pools: Json) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 
@@ -21,6 +20,7 @@ from aiohttp import web
 
 from router.dashboard import view
 from router.dashboard.view import Sources
+from router.http.finite_json import dumps
 
 PERIOD = 1.0
 """Seconds between two looks at the view while someone watches."""
@@ -59,7 +59,7 @@ class Publisher:
                 self.publish()
 
     def publish(self) -> None:
-        body = json.dumps(view.state(self.src), separators=(",", ":"))
+        body = dumps(view.state(self.src), separators=(",", ":"))
         seq = self.src.bus.seq
         if body == self.body and seq == self._seq:
             return
@@ -91,7 +91,7 @@ PUBLISHER = web.AppKey("dashboard_publisher", Publisher)
 
 async def status(request: web.Request) -> web.Response:
     src = request.app[PUBLISHER].src
-    return web.json_response(view.snapshot(src), headers={"Cache-Control": "no-store"})
+    return web.json_response(view.snapshot(src), headers={"Cache-Control": "no-store"}, dumps=dumps)
 
 
 def _message(kind: str, data: str) -> bytes:
@@ -114,7 +114,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         publisher.publish()
         seq, generation = bus.seq, publisher.generation
         history = [event.to_json() for event in reversed(bus.events)]
-        await response.write(_message("events", json.dumps(history)))
+        await response.write(_message("events", dumps(history)))
         await response.write(_message("snapshot", publisher.snapshot()))
         while not bus.closed:
             await publisher.wait(generation, KEEPALIVE)
@@ -122,7 +122,7 @@ async def events(request: web.Request) -> web.StreamResponse:
                 break
             new = bus.newer_than(seq)
             for event in new:
-                await response.write(_message("change", json.dumps(event.to_json())))
+                await response.write(_message("change", dumps(event.to_json())))
                 seq = event.seq
             if publisher.generation != generation:
                 generation = publisher.generation

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from backends.base import parking
+from router.http.finite_json import finite
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -27,7 +28,7 @@ def parked(runtime: TargetRuntime, wall: Wall) -> Json | None:
         "parking": state.parking,
         "waking": state.waking,
         "park_after": runtime.learned.windows().park_after or None,
-        "wake_eta": round(wakes.predicted(), 2),
+        "wake_eta": finite(round(wakes.predicted(), 2)),
         "wakes_seen": len(wakes.history),
     }
 

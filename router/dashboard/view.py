@@ -18,6 +18,7 @@ from router.config import Config, Placement
 from router.dashboard import day, tier
 from router.dashboard.events import EventBus
 from router.dashboard.today import Today
+from router.http.finite_json import finite
 from router.openai.api import OpenAIApi
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
@@ -117,7 +118,7 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "engine": spec.engine,
         "idle_after": runtime.learned.windows().idle_after,
         "idle": runtime.learned.describe_idle(),
-        "eta": None if always_on else round(eta, 1),
+        "eta": None if always_on else finite(round(eta, 1)),
         "cold_starts_today": [s.to_json() for s in src.today.starts_today(runtime.name)],
         "gpu_seconds_today": {
             "busy": gpu.get("busy", 0.0),

@@ -45,6 +45,15 @@ _IDEMPOTENT_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELE
 answer (the upstream may or may not have acted on it)."""
 
 
+def _forwarding_alias(lower: str) -> bool:
+    """``lower`` spells a forwarding header with underscores (``x_forwarded_for``): WSGI and CGI
+    servers read it as the header itself, so it never passes (warmgate writes the real ones)."""
+    if "_" not in lower:
+        return False
+    spelled = lower.replace("_", "-")
+    return spelled in CLIENT_FORWARDING or spelled.startswith("x-forwarded-")
+
+
 def _connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     value = headers.get("Connection")
     if not value:
@@ -104,7 +113,7 @@ def upstream_request_head(
     parts = [request_line]
     for name, value in headers.items():
         lower = name.lower()
-        if lower in drop or lower.startswith("x-forwarded-"):
+        if lower in drop or lower.startswith("x-forwarded-") or _forwarding_alias(lower):
             continue
         parts.append(f"{name}: {value}\r\n")
     for name, value in _forwarded(headers, client_ip, scheme, prefix, trust_forwarded):
@@ -161,7 +170,7 @@ def upstream_request_headers(
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         lower = name.lower()
-        if lower in drop or lower.startswith("x-forwarded-"):
+        if lower in drop or lower.startswith("x-forwarded-") or _forwarding_alias(lower):
             continue
         out.add(name, value)
     for name, value in _forwarded(headers, client_ip, scheme, prefix, trust_forwarded):

@@ -18,11 +18,17 @@ from multidict import MultiMapping
 MAX_FIELDS: Final = 128
 """Header fields a request may have (aiohttp's own bound since 3.13; 32768 before it)."""
 _NONE: Final[tuple[str, ...]] = ()
+_VERSIONS: Final = frozenset(((1, 0), (1, 1)))
 
 
-def refusal(method: str, target: str, headers: MultiMapping[str]) -> str | None:
+def refusal(
+    method: str, target: str, headers: MultiMapping[str], version: tuple[int, int] = (1, 1)
+) -> str | None:
     """Why a request with this head is refused (answered 400, its connection closed), or
-    ``None``. ``target``: the request target as sent."""
+    ``None``. ``target``: the request target as sent; ``version``: (major, minor)."""
+    if version not in _VERSIONS:
+        # llhttp takes HTTP/0.9 and 2.0 lines in HTTP/1 framing when nothing follows them
+        return f"HTTP/1.0 and HTTP/1.1 only: HTTP/{version[0]}.{version[1]} is not served"
     if method == "CONNECT":
         return "CONNECT is not served: warmgate is no forward proxy"
     if not target.startswith("/"):

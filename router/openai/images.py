@@ -31,6 +31,7 @@ from router.config import Placement
 from router.errors import UpstreamError, UpstreamTimeout
 from router.openai.call import Call
 from router.openai.errors import InvalidRequest
+from router.openai.fields import MAX_IMAGES
 from router.openai.local import api_facts
 from router.scale.targets import TargetRuntime
 
@@ -45,7 +46,6 @@ HISTORY_CHECK: Final = 2.0
 """With the websocket open, /history is still asked this often (a missed event never hangs)."""
 _PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
 _SIZE = re.compile(r"^(\d{2,4})x(\d{2,4})$")
-MAX_IMAGES: Final = 10
 
 
 class RenderFailed(UpstreamError):

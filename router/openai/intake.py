@@ -18,6 +18,7 @@ from router.openai.call import MAX_WAIT_HEADER, PATHS, REQUEST_ID, Call
 from router.openai.costs import bound
 from router.openai.credentials import Client, ClientKeys, Privacy
 from router.openai.errors import InvalidApiKey, InvalidRequest, ModelNotFound
+from router.openai.fields import check_fields
 from router.openai.policy import Ask
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -81,6 +82,8 @@ class Intake:
             body = json.loads(raw)
         except ValueError as exc:
             raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidRequest("the request body is nested too deeply") from None
         if not isinstance(body, dict):
             raise InvalidRequest("the request body must be a JSON object")
         model = body.get("model")
@@ -96,6 +99,7 @@ class Intake:
             )
         if kind == "chat" and not isinstance(body.get("messages"), list):
             raise InvalidRequest("messages: expected a list of messages", param="messages")
+        check_fields(kind, body)
         private = self.privacy.reason(request.headers, client)
         ask = Ask(private=private is not None, max_wait=self._max_wait(request, spec.max_wait))
         return Call(

@@ -12,12 +12,13 @@ from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 from multidict import CIMultiDict
 from yarl import URL
 
 from backends.base import RequestFacts
 from router.config import logged_path
-from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError
+from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError, UpstreamError
 from router.http.bridge import forward_websocket
 from router.http.failures import translate
 from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
@@ -28,6 +29,7 @@ from router.http.websocket import handshake_refusal, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
+from router.routing.paths import normalize_path
 from router.scale.hold import HoldResult
 from router.scale.state import TargetState
 from router.scale.targets import TargetRuntime
@@ -164,6 +166,20 @@ class Dispatcher:
             # cancelled when its client goes away, in the middle of a stream too).
             self._account(request, runtime, started, response)
 
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: a request its route refuses (a body over ``max_body``, no
+        route) is answered now, without ``100 Continue``, and its connection closed (the body
+        may follow or not); any other gets aiohttp's ``100 Continue``."""
+        try:
+            self._route(request)
+        except RequestError as exc:
+            response = error_response(request, exc)
+            response.force_close()
+            self._account(request, None, self.loop.time(), response)
+            return response
+        await _default_expect_handler(request)
+        return None
+
     def _account(
         self,
         request: web.Request,
@@ -196,7 +212,9 @@ class Dispatcher:
         raw = request.raw_path
         if not raw.startswith("/"):
             raise BadRequest("the request target must be an absolute path")
-        path = raw.partition("?")[0]
+        path = normalize_path(raw.partition("?")[0])
+        if path is None:
+            raise BadRequest("the request path hides a dot segment behind %2f or a backslash")
         headers = request.headers
         host = headers.get("Host")
         match = self.table.match(host, path, headers)
@@ -258,7 +276,14 @@ class Dispatcher:
         url = URL(runtime.pick_endpoint(state) + path, encoded=True)
         session = self.sessions[runtime.name]
         ended = functools.partial(self._account, request, runtime, started)
-        return await forward_websocket(request, runtime, session, url, headers, cold_wait, ended)
+        response = await forward_websocket(
+            request, runtime, session, url, headers, cold_wait, ended
+        )
+        if response.status < 200 and not isinstance(response, web.WebSocketResponse):
+            # The engine's 101 failed the handshake (a wrong Sec-WebSocket-Accept): no upgrade
+            # happened, and a bare 101 would leave the client parsing HTTP after it.
+            raise UpstreamError("the engine's websocket handshake was invalid", target=runtime.name)
+        return response
 
     async def _held_websocket(
         self, request: web.Request, runtime: TargetRuntime, match: Match, started: float

@@ -30,7 +30,7 @@ class RouteEntry:
             return True
         if self.exact_hosts is not None and host in self.exact_hosts:
             return True
-        return any(host.endswith(suffix) for suffix in self.wildcard_suffixes)
+        return any(under(host, suffix) for suffix in self.wildcard_suffixes)
 
     def matches_path(self, path: str) -> bool:
         prefix = self.prefix
@@ -74,14 +74,25 @@ def _entry(target: str, route: Route) -> tuple[tuple[int, int, int], RouteEntry]
     return (len(route.path_prefix.rstrip("/")), host_rank, len(route.headers)), entry
 
 
+def under(host: str, suffix: str) -> bool:
+    """``host`` matches the wildcard ``*`` + ``suffix`` (``*.w.example.com``): one label or
+    more before the suffix, none of them empty."""
+    if not host.endswith(suffix):
+        return False
+    labels = host[: -len(suffix)]
+    return bool(labels) and "" not in labels.split(".")
+
+
 def normalize_host(host: str | None) -> str:
-    """Lowercase, without the port; ``[::1]:8080`` -> ``::1``."""
+    """Lowercase, without the port and without the root's trailing dot (``a.example.com.`` is
+    ``a.example.com``); ``[::1]:8080`` -> ``::1``."""
     if not host:
         return ""
     host = host.strip().lower()
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return host[:-1] if host.endswith(".") else host
 
 
 class RouteTable:
@@ -113,6 +124,11 @@ class RouteTable:
                 continue
             return Match(entry, entry.rewrite(path))
         return None
+
+    def serves_host(self, target: str, host: str | None) -> bool:
+        """Some route of ``target`` takes requests for ``host`` (whatever their path)."""
+        bare = normalize_host(host)
+        return any(e.target == target and e.matches_host(bare) for e in self.entries)
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows of (hosts, path prefix, headers, target) in match order, for ``warmgate check``."""

@@ -17,13 +17,14 @@ API clients are held, never shown this page.
 from __future__ import annotations
 
 import html
-import json
 import math
 from collections.abc import Mapping
 
 from aiohttp import web
 
 from backends.base import RequestFacts
+from router.http.finite_json import dumps
+from router.routing.match import RouteTable
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
@@ -245,8 +246,8 @@ def render(runtime: TargetRuntime) -> web.Response:
         percent=f"{bar if isinstance(bar, float) else 0.0:.1f}",
         elapsed=f"{elapsed:.0f}",
         phase=html.escape(str(info["phase"])),
-        status_json=json.dumps(info).replace("<", "\\u003c"),
-        words_json=json.dumps({"starting": _STARTING, "waking": _WAKING}).replace("<", "\\u003c"),
+        status_json=dumps(info).replace("<", "\\u003c"),
+        words_json=dumps({"starting": _STARTING, "waking": _WAKING}).replace("<", "\\u003c"),
     )
     retry = max(1, math.ceil(min(eta - elapsed, 10.0))) if eta > elapsed else 2
     return web.Response(
@@ -260,8 +261,9 @@ def render(runtime: TargetRuntime) -> web.Response:
 class WaitingPages:
     """The dispatcher's hook: a page for browsers that load a page from a cold target."""
 
-    def __init__(self, runtimes: Mapping[str, TargetRuntime]) -> None:
+    def __init__(self, runtimes: Mapping[str, TargetRuntime], table: RouteTable) -> None:
         self.runtimes = runtimes
+        self.table = table
 
     def __call__(
         self, request: web.Request, runtime: TargetRuntime, facts: RequestFacts
@@ -273,12 +275,22 @@ class WaitingPages:
         return render(runtime)
 
     async def handle(self, request: web.Request) -> web.Response:
-        """``/.warmgate/status/<target>``: the phase, for the page's polling. Never forwarded."""
+        """``/.warmgate/status/<target>``: the phase, for the page's polling. Never forwarded;
+        only for a target that a route takes for this Host (another host's targets are not
+        told, nor kept from being abandoned)."""
         name = request.match_info.get("target", "")
         runtime = self.runtimes.get(name)
-        if request.match_info.get("kind") != "status" or runtime is None:
+        if (
+            request.match_info.get("kind") != "status"
+            or runtime is None
+            or not self.table.serves_host(name, request.headers.get("Host"))
+        ):
             raise web.HTTPNotFound(text="unknown warmgate page")
-        runtime.waited()  # someone still waits: the start is not abandoned
+        # Someone still waits, with the page open: the start is not abandoned (a start kept so
+        # is still bounded by cold_start_timeout, and a ready target is not kept by it).
+        runtime.waited()
         if runtime.servable_now() is not None:
             await runtime.let_through()  # the page continues: one more of a start's burst
-        return web.json_response(status(runtime), headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            status(runtime), headers={"Cache-Control": "no-store"}, dumps=dumps
+        )

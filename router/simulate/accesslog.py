@@ -22,7 +22,7 @@ import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from router.simulate.trace import Request, Trace
+from router.simulate.trace import MAX_SPAN, Request, Trace, TraceError
 
 _LINE = re.compile(
     r"^(?P<when>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?)\s+\S+\s+warmgate\.access\s+"
@@ -94,6 +94,10 @@ def convert(lines: Iterable[str], source: str = "<access log>", zone: str = "UTC
         return Converted(Trace((), 0.0, source), left)
     rows.sort(key=lambda row: row[0])
     origin = rows[0][0]
+    if rows[-1][0] - origin > MAX_SPAN:
+        raise TraceError(
+            source, rows[-1][1].line, "time", f"the log spans more than {MAX_SPAN / 86400:g} days"
+        )
     requests = tuple(
         Request(at - origin, r.target, r.model, r.kind, r.work_seconds, r.tokens, r.private, r.line)
         for at, r in rows

@@ -27,6 +27,20 @@ years is none anyone replays, a column of Unix timestamps is a common export."""
 EPOCH_MS_FROM = 1e12
 """Numbers from this on are Unix time in milliseconds (JavaScript's ``Date.now()``): as seconds
 they would be the year 33658."""
+MAX_SPAN = 120 * 86400.0
+"""Seconds from a trace's first request to its last (about four months). The replay's virtual
+clock must count nanoseconds (asyncio's resolution) to its end and past it (idle windows, the
+tail): a float does so below 2**24 s (194 days), and this leaves weeks for what follows."""
+MAX_WORK = 86400.0
+"""Seconds of GPU time one request may keep its engine busy (a day: longer is no request)."""
+MAX_TOKENS = 10_000_000
+"""Output tokens one API request may ask for."""
+EARLIEST, LATEST = 0.0, 4102444800.0
+"""Times a trace may name: from 1970 to 2100 (UTC), as the wall clock of its replay."""
+MAX_REQUESTS = 1_000_000
+"""Requests in one trace: reading them takes about 600 MB at the most (0.6 KB a request)."""
+MAX_BYTES = 64 * 2**20
+"""Bytes of a trace file, looked at before it is read: a million lines of about 60 bytes."""
 _TRUE = ("1", "true", "yes", "y", "on")
 _FALSE = ("", "0", "false", "no", "n", "off")
 
@@ -76,8 +90,14 @@ def _time(text: str) -> tuple[float | None, float | None]:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"expected seconds >= 0 or an ISO 8601 time, got {text!r}")
         if seconds >= EPOCH_MS_FROM:
-            return None, seconds / 1000
-        return (None, seconds) if seconds >= EPOCH_FROM else (seconds, None)
+            seconds /= 1000
+        elif seconds < EPOCH_FROM:
+            if seconds > MAX_SPAN:
+                raise ValueError(f"expected at most {_days(MAX_SPAN)} from the start, got {text!r}")
+            return seconds, None
+        if seconds > LATEST:
+            raise ValueError(f"expected a time before 2100, got {text!r}")
+        return None, seconds
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -86,16 +106,23 @@ def _time(text: str) -> tuple[float | None, float | None]:
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
-    return None, moment.timestamp()
+    epoch = moment.timestamp()
+    if not EARLIEST <= epoch <= LATEST:
+        raise ValueError(f"expected a time from 1970 to 2100, got {text!r}")
+    return None, epoch
 
 
-def _number(text: str, what: str) -> float:
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g} days"
+
+
+def _number(text: str, what: str, most: float) -> float:
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"expected {what}, got {text!r}")
+    if not math.isfinite(value) or value < 0 or value > most:
+        raise ValueError(f"expected {what} up to {most:g}, got {text!r}")
     return value
 
 
@@ -129,6 +156,10 @@ def parse(
         number = reader.line_num
         if not row or all(not cell.strip() for cell in row):
             continue
+        if len(rows) >= MAX_REQUESTS:
+            raise TraceError(
+                source, number, "time", f"a trace may hold {MAX_REQUESTS:,} requests: split it"
+            )
         if len(row) != len(names):
             field = names[min(len(row), len(names) - 1)]
             raise TraceError(source, number, field, f"expected {len(names)} fields, got {len(row)}")
@@ -141,6 +172,11 @@ def parse(
             source, line, "time", "mixes seconds from the start with times (ISO 8601, Unix)"
         )
     origin = min(epochs) if epochs else start.timestamp()
+    if epochs and (last := max(epochs)) - origin > MAX_SPAN:
+        line = next(r.line for _, epoch, r in rows if epoch == last)
+        raise TraceError(
+            source, line, "time", f"the trace spans more than {_days(MAX_SPAN)}: split it"
+        )
     requests = sorted(
         (
             Request(
@@ -183,12 +219,12 @@ def _row(
     work = tokens = None
     if cells.get("work_seconds"):
         try:
-            work = _number(cells["work_seconds"], "seconds >= 0")
+            work = _number(cells["work_seconds"], "seconds >= 0", MAX_WORK)
         except ValueError as exc:
             raise fail("work_seconds", str(exc)) from None
     if cells.get("tokens"):
         try:
-            count = _number(cells["tokens"], "a whole number of tokens >= 0")
+            count = _number(cells["tokens"], "a whole number of tokens >= 0", MAX_TOKENS)
         except ValueError as exc:
             raise fail("tokens", str(exc)) from None
         if count != int(count):
@@ -227,6 +263,15 @@ def check_names(
 def read(path: str | Path, start: datetime.datetime = DEFAULT_START) -> Trace:
     file = Path(path)
     try:
+        size = file.stat().st_size
+        if size > MAX_BYTES:
+            raise TraceError(
+                str(file),
+                0,
+                "(file)",
+                f"is {size / 2**20:.0f} MiB; a trace may be {MAX_BYTES // 2**20} MiB "
+                f"({MAX_REQUESTS:,} requests): split it or sample it",
+            )
         with file.open(encoding="utf-8-sig", newline="") as handle:
             return parse(handle, str(file), start)
     except OSError as exc:

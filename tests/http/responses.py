@@ -42,14 +42,18 @@ class Case:
     kind: str
 
     def pieces(self) -> list[bytes]:
-        """``raw`` cut at ``cuts``."""
-        out, last = [], 0
-        for cut in sorted(set(self.cuts)):
-            if 0 < cut < len(self.raw):
-                out.append(self.raw[last:cut])
-                last = cut
-        out.append(self.raw[last:])
-        return [piece for piece in out if piece]
+        return cut(self.raw, self.cuts)
+
+
+def cut(raw: bytes, cuts: list[int]) -> list[bytes]:
+    """``raw`` cut at ``cuts``, as it arrives in reads."""
+    out, last = [], 0
+    for at in sorted(set(cuts)):
+        if 0 < at < len(raw):
+            out.append(raw[last:at])
+            last = at
+    out.append(raw[last:])
+    return [piece for piece in out if piece]
 
 
 values = st.lists(st.sampled_from(VALUE_PARTS), max_size=8).map(b"".join)
@@ -237,23 +241,33 @@ def cases(draw: st.DrawFn) -> Case:
         head_request, eof, kind = False, draw(st.booleans()), "101"
     else:
         raw, head_request, eof, _ = draw(valid())
-        edits = draw(
-            st.lists(
-                st.tuples(
-                    st.integers(0, len(raw)),
-                    st.sampled_from(
-                        [b"", b"\r", b"\n", b" ", b":", b"\x00", b"0", b"a", b"\t", b";", b"\r\n"]
-                    ),
+        raw, kind = draw(corrupted(raw)), "corrupt"
+    return Case(raw, head_request, eof, draw(cut_points(raw)), kind)
+
+
+@st.composite
+def corrupted(draw: st.DrawFn, raw: bytes) -> bytes:
+    """``raw`` with one to three bytes changed, put in or taken out."""
+    edits = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(raw)),
+                st.sampled_from(
+                    [b"", b"\r", b"\n", b" ", b":", b"\x00", b"0", b"a", b"\t", b";", b"\r\n"]
                 ),
-                min_size=1,
-                max_size=3,
-            )
+            ),
+            min_size=1,
+            max_size=3,
         )
-        for at, put in edits:
-            raw = raw[:at] + put + raw[at + draw(st.integers(0, 1)) :]
-        kind = "corrupt"
+    )
+    for at, put in edits:
+        raw = raw[:at] + put + raw[at + draw(st.integers(0, 1)) :]
+    return raw
+
+
+@st.composite
+def cut_points(draw: st.DrawFn, raw: bytes) -> list[int]:
+    """Where ``raw`` is cut into reads: byte by byte one case in twenty, else a few places."""
     if draw(st.integers(0, 19)) == 0 and len(raw) < 2000:
-        cuts = list(range(1, len(raw)))  # byte by byte
-    else:
-        cuts = draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=6))
-    return Case(raw, head_request, eof, cuts, kind)
+        return list(range(1, len(raw)))
+    return draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=6))

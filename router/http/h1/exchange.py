@@ -133,6 +133,12 @@ class Exchange(Response):
     # -- the response -------------------------------------------------------------------------
 
     def _head(self, head: Head) -> None:
+        if head.status == 101:
+            # An exchange carries requests that asked for no upgrade (websockets go elsewhere):
+            # what follows a 101 is no HTTP, and the client must not see one.
+            self.keep_alive = False
+            self._broken("the upstream switched protocols for a request that asked for no upgrade")
+            return
         self.status = head.status
         self.reason = head.reason
         headers = self.headers = head.headers
