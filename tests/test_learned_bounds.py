@@ -57,3 +57,20 @@ async def test_a_tampered_learned_document_breaks_no_view(
         out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
         assert "t " in out.decode()
+
+
+def test_a_learned_figure_over_a_day_is_not_read_back() -> None:
+    """Bounded when read: a document with a start or a wake over a day was not written by
+    warmgate; it is ignored (relearned), so no decision reads a tampered ETA."""
+    from router.scale.eta import ColdStarts
+    from router.scale.wakes import Wakes
+
+    for document in DOCUMENTS.values():
+        starts = ColdStarts(30.0)
+        assert starts.restore(document) is False
+        assert starts.predicted() == 30.0
+    wakes = Wakes(2.0)
+    assert wakes.load({"version": 1, "wakes": [90_000.0, 1.0]}) is False
+    assert wakes.predicted() == 2.0
+    kept = ColdStarts(30.0)
+    assert kept.restore({"version": 1, "starts": [40.0, 50.0], "stages": {}}) is True

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from backends.base import STAGES, Stage
 
@@ -137,14 +137,22 @@ class ColdStarts:
         return True
 
 
+MOST_KEPT: Final = 86_400.0
+"""Seconds: no start or wake warmgate learned takes a day (``cold_start_timeout`` ends one long
+before); a kept figure above it was not written by warmgate (the document also lives in a
+Deployment annotation, which whoever may annotate it controls)."""
+
+
 def kept_seconds(value: object) -> list[float] | None:
     """The last :data:`HISTORY` seconds of a kept list; ``None`` when it is no list of finite
-    numbers (a document this version does not read)."""
+    numbers within a day (a document this version does not read: relearned)."""
     if not isinstance(value, list):
         return None
     out = []
     for item in value[-HISTORY:]:
         if isinstance(item, bool) or not isinstance(item, int | float) or not math.isfinite(item):
+            return None
+        if item > MOST_KEPT:
             return None
         out.append(max(0.0, float(item)))
     return out
