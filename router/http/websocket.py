@@ -15,6 +15,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 from yarl import URL
 
+from router.errors import UpstreamError
 from router.http.failures import translate
 from router.http.runtime import Runtime
 
@@ -148,6 +149,12 @@ async def connect_upstream(
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT),
             )
     except aiohttp.WSServerHandshakeError as exc:
+        if exc.status < 200:  # a 101 whose handshake is wrong: no client gets a bare 101
+            raise UpstreamError(
+                f"target {runtime.name!r} answered the websocket upgrade with a bad handshake "
+                f"({exc.message})",
+                target=runtime.name,
+            ) from exc
         # The engine refused the upgrade (ComfyUI: 403 on an Origin mismatch): say the same.
         return web.Response(status=exc.status, text=exc.message or "websocket upgrade refused")
     except (aiohttp.ClientError, TimeoutError) as exc:
