@@ -94,7 +94,7 @@ def admission_error(
 
 
 def _failed(target: str, state: TargetState) -> str:
-    """What a request held for a failed start is told: the failure in its own words (the
-    engine's, where its readiness answer said why)."""
-    why = f": {state.reason}" if state.reason else ""
+    """What a request held for a failed start is told: the engine's own reason, where its
+    readiness answer said why (a backend's failure stays in the log)."""
+    why = f": {state.told}" if state.told else ""
     return f"target {target!r} could not be started{why}; it is retried after a backoff"
