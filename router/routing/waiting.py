@@ -16,6 +16,8 @@ API clients are held, never shown this page.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import html
 import json
 import math
@@ -148,7 +150,9 @@ small{{color:#999}}
 (function () {{
   var status = {status_json};
   var shownAt = Date.now() - status.elapsed * 1000;
-  var url = "/.warmgate/status/" + encodeURIComponent(status.target);
+  // wait=1: answered as soon as the target's state changes (at once once it is ready), else
+  // after a second, so the page continues the moment it can without polling faster.
+  var url = "/.warmgate/status/" + encodeURIComponent(status.target) + "?wait=1";
   var words = {words_json};
   function show(s) {{
     var elapsed = (Date.now() - shownAt) / 1000;
@@ -183,7 +187,7 @@ small{{color:#999}}
     fetch(url, {{cache: "no-store"}}).then(function (r) {{ return r.json(); }})
       .then(function (s) {{
         status = s; show(s);
-        if (s.ready) {{ location.reload(); }} else {{ setTimeout(poll, 500); }}
+        if (s.ready) {{ location.reload(); }} else {{ poll(); }}
       }})
       .catch(function () {{ setTimeout(poll, 1000); }});
   }}
@@ -257,6 +261,20 @@ def render(runtime: TargetRuntime) -> web.Response:
     )
 
 
+WAIT_MAX = 5.0
+"""Longest a status request with ``?wait=`` is held (seconds): the page still shows the time
+left and the stage in its own words while nothing changes."""
+
+
+def _wait_seconds(raw: str | None) -> float:
+    """``?wait=<seconds>``: answer once the state changes, or after that long (capped)."""
+    try:
+        wait = float(raw) if raw else 0.0
+    except ValueError:
+        return 0.0
+    return min(max(wait, 0.0), WAIT_MAX) if math.isfinite(wait) else 0.0
+
+
 class WaitingPages:
     """The dispatcher's hook: a page for browsers that load a page from a cold target."""
 
@@ -279,4 +297,12 @@ class WaitingPages:
         if request.match_info.get("kind") != "status" or runtime is None:
             raise web.HTTPNotFound(text="unknown warmgate page")
         runtime.waited()  # someone still waits: the start is not abandoned
-        return web.json_response(status(runtime), headers={"Cache-Control": "no-store"})
+        answer = status(runtime)
+        wait = _wait_seconds(request.query.get("wait"))
+        if wait > 0 and not answer["ready"]:
+            seen = runtime.state
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await runtime.cell.wait_for(lambda state: state is not seen)
+            answer = status(runtime)
+        return web.json_response(answer, headers={"Cache-Control": "no-store"})
