@@ -124,6 +124,14 @@ class TargetRuntime:
     def state(self) -> TargetState:
         return self.cell.current
 
+    @property
+    def stopped_by_warmgate(self) -> bool:
+        """A stop of warmgate's own is under way (a release, a stop instead of a park), or
+        the target is cold: a stream still open to it breaks because of that, not as a
+        failure of the engine's (:mod:`router.http.proxy`)."""
+        state = self.cell.current
+        return state.stopping or state.phase is Phase.COLD
+
     def pick_endpoint(self, state: TargetState) -> str:
         """The endpoint with the fewest requests in flight, ties taken round robin. A pick
         counts as in flight until the task that made it ends (aiohttp runs each request in a
