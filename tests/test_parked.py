@@ -183,7 +183,8 @@ async def test_reads_to_a_parked_target_are_answered_by_its_process(tmp_path: Pa
             await wait_until(lambda: parked(runtime), timeout=20)
             seen = phases_of(runtime)
             idle_since = runtime.activity.last_request
-            reads = ["/history", f"/history/{prompt_id}", "/queue", "/system_stats", "/api/queue"]
+            reads = ["/history", f"/history/{prompt_id}", "/queue", "/object_info",
+                     "/system_stats", "/api/queue"]  # fmt: skip
             for path in reads:
                 async with client.get(url + path) as resp:
                     assert resp.status == 200, (path, resp.status, await resp.text())
