@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: images test-images install demo test faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
+.PHONY: images test-images install demo test test-engines llama faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
 
 install: $(STAMP)
 
@@ -26,6 +26,17 @@ demo: install
 test: install chromium promtool kube-bins gradio529
 	WARMGATE_KUBE_REQUIRED=1 $(BIN)/python -m pytest -q
 	$(MAKE) test-aiohttp-floor
+
+# The heavy tier (tests/engines, skipped by make test, saying why): real engines and their real
+# clients. ComfyUI's own page (comfyui-frontend-package) in Chromium against the demo engine, and
+# llama.cpp's server (llama-cpp-python[server], built from its sdist into a venv outside the
+# clone, WARMGATE_LLAMA_VENV, default /var/cache/warmgate-llama: long on few cores, then cached).
+# -rP prints the figures (ready -> page continuing, cold start and TTFT through warmgate).
+test-engines: install chromium llama
+	WARMGATE_ENGINES=1 $(BIN)/python -m pytest -q -rP tests/engines
+
+llama:
+	@tools/engines/llama-venv.sh || echo "llama-cpp-python could not be built: its tests will be skipped"
 
 # The fault suite alone (make test runs it too): engines killed mid-stream, silent and dribbling,
 # a SIGTERM with 200 requests held, 10,000 idle keep-alive connections, and the Kubernetes API

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 
 from router.config import parse_config
-from router.dashboard.page import idle_after
+from router.dashboard.page import idle_after, target_card
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate
@@ -95,6 +96,26 @@ async def test_the_page_renders_the_state_on_the_server() -> None:
         async with session.get(wg.admin + "/?fragment=1") as response:
             fragment = await response.text()
         assert fragment.startswith('<section id="targets">') and "<html" not in fragment
+
+
+async def test_a_start_shows_one_starting_badge_and_the_footer_sits_in_the_padding() -> None:
+    async with warmgate(config()) as wg, aiohttp.ClientSession() as session:
+        async with session.get(wg.admin + "/status") as response:
+            sleepy_view = (await response.json())["targets"]["sleepy"]
+        async with session.get(wg.admin + "/") as response:
+            page = await response.text()
+        async with session.get(wg.admin + "/static/dashboard.css") as response:
+            css = await response.text()
+    starting = {**sleepy_view, "phase": "starting", "stage": "starting"}
+    card = target_card("sleepy", starting, time.time(), actions=False)
+    assert card.count(">starting</span>") == 1, "phase and stage say the same: said once"
+    loading = target_card("sleepy", {**starting, "stage": "loading"}, time.time(), False)
+    assert '<span class="phase">starting</span> <span class="stage">loading</span>' in loading
+    # With JavaScript off, the footer's line has the content's padding (main's rule).
+    footer = page.split('<footer class="foot">', 1)[1].split("</footer>", 1)[0]
+    assert "<noscript>" in footer and "JavaScript is off" in footer
+    assert page.index("</main>") < page.index('<footer class="foot">')
+    assert "main, .foot { padding: 0 1rem 2rem;" in css
 
 
 async def test_events_stream_the_view_and_each_change() -> None:

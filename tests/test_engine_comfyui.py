@@ -91,9 +91,11 @@ async def test_the_warmup_workflow_runs_before_the_first_request_is_forwarded(
     # the checkpoint. The first user request must find it loaded.
     config = comfy_config(tmp_path, eager=False, warmup_workflow="warmup.json")
     async with warmgate(config, str(tmp_path)) as wg, aiohttp.ClientSession() as client:
-        async with client.get(wg.url + PREFIX + "/readyz") as r:
+        async with client.get(wg.url + PREFIX + "/") as r:  # a probe would not wake it
             assert r.status == 200, await r.text()
             assert r.headers.get("X-Warmgate-Cold-Start")
+        async with client.get(wg.url + PREFIX + "/readyz") as r:
+            assert r.status == 200, await r.text()
         async with client.get(wg.url + PREFIX + "/history") as r:
             history = list((await r.json()).values())
         assert len(history) == 1

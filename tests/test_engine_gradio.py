@@ -15,7 +15,7 @@ import pytest
 from gradio_client import Client
 
 from router.scale.state import Phase
-from tests.helpers import Running, gradio_app, one_target, wait_until, warmgate
+from tests.helpers import Running, gradio_app, metric_value, one_target, wait_until, warmgate
 
 PREFIX = "/wan"
 
@@ -116,6 +116,11 @@ async def test_a_long_job_keeps_the_target_and_a_heartbeat_alone_does_not(tmp_pa
         assert frames > 4 and time.monotonic() - opened > 1.0
         assert ended_in in (Phase.DRAINING, Phase.COLD)  # closed by the release, not before
         await wait_until(lambda: phase(wg) is Phase.COLD, timeout=10)
+        # warmgate closed it itself at the release: no upstream broke
+        errors = await metric_value(
+            wg.admin, "warmgate_upstream_errors_total", target="wan", kind="reset"
+        )
+        assert errors == 0, "the heartbeat warmgate closed counted as an upstream reset"
 
 
 async def test_a_warmup_naming_no_endpoint_fails_with_gradios_own_words(tmp_path: Path) -> None:

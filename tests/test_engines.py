@@ -104,6 +104,26 @@ def test_openai_wakes_on_work_only_and_streams_are_in_flight() -> None:
     assert OPENAI.stream_activity("/v1/chat/completions") == "open"
 
 
+def test_a_probe_through_warmgate_never_wakes() -> None:
+    """A monitor asking whether the engine is up (``/readyz``, ``/healthz``, the readiness path
+    the config names) must not start its GPU; the unknown first segment no longer reads as a
+    frontend file. An engine's default readiness path that is also its clients' first call
+    (Gradio's ``/config``) still wakes."""
+    own = Readiness.model_validate({"path": "/ping"})
+    engines = [COMFY, GRADIO, OPENAI, HttpEngine(EngineSpec())]
+    engines += [make_engine(EngineSpec(kind=kind, readiness=own)) for kind in ("comfyui", "http")]  # type: ignore[arg-type]
+    for engine in engines:
+        for path in ("/readyz", "/healthz", "/readyz/", "/healthz?verbose=1"):
+            for nav in (False, True):
+                assert not engine.wakes(facts("GET", path, nav=nav)), (engine, path, nav)
+        assert not engine.wakes(facts("HEAD", "/readyz")), engine
+    for engine in engines[-2:]:
+        assert not engine.wakes(facts("GET", "/ping")), "the config's own readiness path"
+    assert COMFY.wakes(facts("GET", "/ping"))  # a frontend file, as before
+    assert GRADIO.wakes(facts("GET", "/config")), "gradio_client opens with it"
+    assert COMFY.wakes(facts("GET", "/", nav=True)) and COMFY.wakes(facts("POST", "/prompt"))
+
+
 def test_readiness_paths_default_per_engine_unless_set() -> None:
     assert COMFY.ready_path == "/system_stats"
     assert GRADIO.ready_path == "/config"

@@ -7,12 +7,14 @@ import asyncio
 import base64
 import logging
 import time
+import uuid
 from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
 
+from router.openai.local import upstream_request_id
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import metric_value
 from tests.openai_stack import CLOUD_KEY, cloud_key, seen_anywhere, stack
@@ -63,7 +65,12 @@ async def test_local_chat_async_and_sync() -> None:
         assert (
             "Authorization" not in sent.headers
         )  # the client's key is warmgate's, not the target's
-        assert sent.headers["X-Request-Id"] == raw.headers["x-request-id"]
+        # warmgate's own id goes to the target as the UUID it is made of (llama-cpp-python's
+        # server takes nothing else); a client's own id goes as it is (below)
+        ours = raw.headers["x-request-id"]
+        assert sent.headers["X-Request-Id"] == str(uuid.UUID(hex=ours.removeprefix("req_")))
+        assert upstream_request_id("trace-42") == "trace-42"
+        assert upstream_request_id("req_not-hex") == "req_not-hex"
         assert sent.json()["model"] == "qwen3-8b"
 
 

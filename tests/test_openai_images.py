@@ -71,6 +71,8 @@ async def test_images_render_on_the_local_engine(tmp_path: Path) -> None:
             model="flux-dev", prompt='a "warm" gate}', size="64x48", n=2
         )
         assert raw.headers["x-warmgate-decision"] == "comfyui; reason=cold_within_budget"
+        waited = float(raw.headers["x-warmgate-cold-start"])  # it waited for the cold start
+        assert waited > 0
         images = raw.parse()
         assert len(images.data) == 2
         pngs = [base64.b64decode(d.b64_json or "") for d in images.data]
@@ -83,6 +85,10 @@ async def test_images_render_on_the_local_engine(tmp_path: Path) -> None:
         seeds = sorted(g["3"]["inputs"]["seed"] for g in graphs)
         assert seeds[1] == seeds[0] + 1 and isinstance(seeds[0], int)
         assert st.cloud.requests == []
+        again = await client.images.with_raw_response.generate(
+            model="flux-dev", prompt="warm now", size="32x32"
+        )
+        assert "x-warmgate-cold-start" not in again.headers, "no wait: no header"
         await client.close()
 
 

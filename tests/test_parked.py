@@ -168,6 +168,36 @@ async def test_no_park_while_a_render_runs(tmp_path: Path) -> None:
         await wait_until(lambda: parked(runtime), timeout=20)
 
 
+async def test_reads_to_a_parked_target_are_answered_by_its_process(tmp_path: Path) -> None:
+    """A finished render stays fetchable once its target parks: the reads a tab makes (or a
+    script fetching its image) are forwarded to the parked process, which answers them without
+    its weights, and neither wake it nor keep it from its release."""
+    async with warmgate(config({"comfy": demo("comfy", tmp_path)})) as wg:
+        runtime = wg.runtime("comfy")
+        url = wg.url + "/comfy"
+        async with aiohttp.ClientSession() as client:
+            prompt_id, _ = await prompt(client, url)
+            await rendered(client, url, prompt_id)
+            async with client.get(f"{url}/history/{prompt_id}") as resp:
+                image = (await resp.json())[prompt_id]["outputs"]["9"]["images"][0]
+            await wait_until(lambda: parked(runtime), timeout=20)
+            seen = phases_of(runtime)
+            idle_since = runtime.activity.last_request
+            reads = ["/history", f"/history/{prompt_id}", "/queue", "/object_info",
+                     "/system_stats", "/api/queue"]  # fmt: skip
+            for path in reads:
+                async with client.get(url + path) as resp:
+                    assert resp.status == 200, (path, resp.status, await resp.text())
+            async with client.get(url + "/view", params=image) as resp:
+                assert resp.status == 200 and resp.content_type == "image/png"
+                assert (await resp.read()).startswith(b"\x89PNG")
+            assert [s.phase for s in seen] == [], "no wake, no phase change"
+            assert parked(runtime)
+            assert runtime.activity.last_request == idle_since, "no activity: released in time"
+            endpoint = runtime.state.endpoints[0]
+            assert (await checkpoint(client, endpoint))["state"] == "parked", "no reload"
+
+
 async def test_the_waiting_page_says_waking_and_the_wake_is_a_page_load(tmp_path: Path) -> None:
     async with warmgate(config({"comfy": demo("comfy", tmp_path)})) as wg:
         runtime = wg.runtime("comfy")

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from backends.base import RequestFacts
 from router.config import parse_config
-from router.errors import HoldTimeout
+from router.errors import HoldTimeout, TargetAsleep
 from router.metrics import Metrics
 from router.scale.lifecycle import Lifecycle
 from router.scale.pool_runtime import PoolRuntime
@@ -130,6 +131,26 @@ async def test_a_request_during_the_park_is_held_and_wakes_it() -> None:
         late = rig.serve(0)
         assert await late >= 1.0, "held through the park and the wake"
         assert parking(rig).calls == ["park", "wake"] and rig.backend.calls == ["up"]
+
+
+async def test_a_websocket_during_the_park_is_told_parked_and_after_it_forwarded() -> None:
+    """What may not wake a parked target: refused in the words of its phase while the park is
+    made (never "scaled to zero"), forwarded to the parked process once it is done."""
+    socket = RequestFacts(method="GET", path="/ws", is_websocket=True, is_navigation=False)
+    async with one() as rig:
+        parking(rig).park_seconds = 3.0
+        await rig.serve(0)
+        async with asyncio.timeout(600):
+            await rig.runtime.cell.wait_for(lambda s: s.parking)
+        with pytest.raises(TargetAsleep) as asleep:
+            await rig.runtime.acquire(socket)
+        assert "is parked; this request does not wake it" in asleep.value.message
+        assert "scaled to zero" not in asleep.value.message
+        async with asyncio.timeout(600):
+            await rig.runtime.cell.wait_for(lambda s: s.phase is Phase.PARKED and not s.parking)
+        held = await rig.runtime.acquire(socket)
+        assert (held.state.phase, held.cold) == (Phase.PARKED, False)
+        assert not rig.runtime.state.waking and parking(rig).calls == ["park"]
 
 
 async def test_a_failed_park_stops_the_target_and_says_why(

@@ -4,11 +4,24 @@ that counts (or its last job), not from when the stream closed. Real servers on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 
 import aiohttp
+import pytest
 from aiohttp import web
 
-from tests.helpers import serve_app, static_config, warmgate
+from router.scale.release import Release
+from router.scale.state import Phase
+from tests.helpers import (
+    ROOT,
+    metric_value,
+    one_target,
+    serve_app,
+    static_config,
+    wait_until,
+    warmgate,
+)
 
 RELEASE = web.AppKey("release", asyncio.Event)
 
@@ -47,3 +60,36 @@ async def test_a_stream_that_ends_does_not_reset_the_idle_clock() -> None:
             idle_since = activity.idle_since(0.1)
             assert idle_since is not None
             assert idle_since <= last_frame + 0.1 < ended, "the stream's end counted as activity"
+
+
+async def test_a_stream_cut_by_warmgate_s_own_stop_counts_no_upstream_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream warmgate did not close before it stopped the engine (the leader of several
+    replicas stops first and closes streams after; a Gradio tab's heartbeat) is cut by that
+    stop: warmgate's doing, so no ``reset`` is counted against the engine."""
+
+    async def not_yet(self: Release) -> None:
+        return None
+
+    monkeypatch.setattr(Release, "close_streams", not_yet)
+    spec = {
+        "routes": [{"path_prefix": "/"}],
+        "backend": {
+            "kind": "process",
+            "command": [sys.executable, "-m", "tests.sleepy_engine", "--port", "{port}"],
+            "cwd": str(ROOT),
+            "stop_grace": "2s",
+        },
+        "readiness": {"path": "/readyz", "interval": "50ms"},
+        "scaling": {"idle_after": "1s", "stream_activity_window": "100ms"},
+    }
+    async with warmgate(one_target("t", spec)) as wg, aiohttp.ClientSession() as http:
+        runtime = wg.runtime()
+        async with http.get(wg.url + "/events") as response:
+            assert await response.content.readline() == b"data: one\n"
+            with contextlib.suppress(aiohttp.ClientPayloadError):
+                await response.read()  # quiet: idle, released, and cut by the stop
+        await wait_until(lambda: runtime.state.phase is Phase.COLD, timeout=20)
+        resets = await metric_value(wg.admin, "warmgate_upstream_errors_total", kind="reset")
+        assert resets == 0, "warmgate's own stop counted as the engine's reset"

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Literal
 
 Device = Literal["cpu", "cuda"]
+Frontend = Literal["builtin", "comfyui", "auto"]
+"""``builtin``: the engine's own small page; ``comfyui``: ComfyUI's frontend, from its package
+(an error without it); ``auto``: ComfyUI's when the package is installed, else the builtin."""
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -66,6 +69,9 @@ class EngineConfig:
     """How many rendered PNGs stay viewable through /view; older ones are forgotten."""
     history_limit: int = 1000
     """How many finished prompts /history remembers."""
+    frontend: Frontend = "builtin"
+    """The web page at ``/``: the engine's own, or ComfyUI's from ``comfyui-frontend-package``
+    (``auto``: ComfyUI's when that package is installed)."""
     load_seconds: float = 0.0
     """The checkpoint load is paced to take at least this long (0: as fast as the disk reads):
     a demo of a large model, and of the load progress /readyz reports meanwhile."""
@@ -124,6 +130,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=int, default=10, help="default progress steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--frontend",
+        choices=("builtin", "comfyui", "auto"),
+        default="builtin",
+        help="the page at /: the engine's own (default), ComfyUI's from comfyui-frontend-package,"
+        " or auto (ComfyUI's when that package is installed)",
+    )
     return parser
 
 
@@ -173,4 +186,5 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> EngineCo
         device=args.device,
         eager_load=eager,
         load_seconds=load,
+        frontend=args.frontend,
     )

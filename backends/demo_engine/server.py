@@ -9,6 +9,7 @@ import platform
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -17,6 +18,7 @@ from .checkpoint import Checkpoint, LoadState, Model
 from .config import EngineConfig
 from .device import describe_devices
 from .execute import RenderExecutor
+from .frontend import UserData, api_routes, page_routes, web_root
 from .graph import PromptError, parse_prompt
 from .history import History, OutputStore
 from .hub import Hub, status_message
@@ -166,7 +168,9 @@ def _text(body: str, content_type: str) -> Callable[[web.Request], Any]:
     return handler
 
 
-def _routes() -> list[web.RouteDef]:
+def _routes(root: Path | None) -> list[web.AbstractRouteDef]:
+    """The API at ``/`` and under ``/api/``, then the page: the builtin one, or ComfyUI's
+    (``root``: its files, served last, as ComfyUI serves them)."""
     table: list[tuple[str, str, Any]] = [
         ("GET", "/readyz", readyz),
         ("GET", "/healthz", healthz),
@@ -179,17 +183,23 @@ def _routes() -> list[web.RouteDef]:
         ("GET", "/system_stats", system_stats),
         ("POST", "/free", free),
         ("GET", "/ws", websocket),
-        ("GET", "/", _text(INDEX_HTML, "text/html")),
-        ("GET", "/static/app.css", _text(APP_CSS, "text/css")),
-        ("GET", "/static/app.js", _text(APP_JS, "application/javascript")),
+        *api_routes(UserData()),
     ]
-    return [
+    routes: list[web.AbstractRouteDef] = [
         web.get(prefix + path, handler)
         if method == "GET"
         else web.route(method, prefix + path, handler)
         for prefix in PREFIXES
         for method, path, handler in table
     ]
+    if root is not None:
+        return routes + page_routes(root)
+    builtin = [
+        ("/", _text(INDEX_HTML, "text/html")),
+        ("/static/app.css", _text(APP_CSS, "text/css")),
+        ("/static/app.js", _text(APP_JS, "application/javascript")),
+    ]
+    return routes + [web.get(p + path, handler) for p in PREFIXES for path, handler in builtin]
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
@@ -230,7 +240,7 @@ def build_app(
     app[HUB] = hub
     app[QUEUE] = PromptQueue(executor, hub.broadcast_status, History(config.history_limit))
     app[TORCH] = torch
-    app.add_routes(_routes())
+    app.add_routes(_routes(web_root(config.frontend)))
     app.cleanup_ctx.append(_background)
     app.on_shutdown.append(_close_sockets)
     return app

@@ -60,6 +60,10 @@ def readiness_at(readiness: Readiness, backend: object = None) -> Callable[[str]
     return lambda base_url: base_url
 
 
+PROBE_PATHS: Final = frozenset({"/readyz", "/healthz", "/livez", "/health"})
+"""Upstream paths of health and readiness probes (Kubernetes' and most engines' names); a
+request for one never wakes a target (:meth:`EngineBase.is_probe`)."""
+
 ERROR_CHARS: Final = 300
 """Most characters of an engine's error kept in a reason (the waiting page, held answers)."""
 
@@ -164,6 +168,7 @@ class EngineBase:
         self.wake_on = spec.wake_on
         explicit = "path" in spec.readiness.model_fields_set
         self.ready_path = spec.readiness.path if explicit else self.default_ready_path
+        self._explicit_ready_path = explicit and self.ready_path not in ("", "/")
         self.ready_at = readiness_at(spec.readiness)
         """The base URL readiness is probed at, from the workload's (``readiness.port``);
         replaced by :func:`backends.registry.make_engine` where the backend picks the port."""
@@ -274,14 +279,25 @@ class EngineBase:
 
     def wakes(self, facts: RequestFacts) -> bool:
         """Websockets never wake (an idle tab reconnects forever); ``wake_on: none`` nothing;
-        page loads always; ``wake_on: navigation`` no other read; the rest: the engine's rule."""
-        if facts.is_websocket or self.wake_on == "none":
+        nor a probe (:meth:`is_probe`); page loads always; ``wake_on: navigation`` no other
+        read; the rest: the engine's rule."""
+        if facts.is_websocket or self.wake_on == "none" or self.is_probe(facts):
             return False
         if facts.is_navigation:
             return True
         if self.wake_on == "navigation" and facts.method in SAFE_METHODS:
             return False
         return self.request_wakes(facts)
+
+    def is_probe(self, facts: RequestFacts) -> bool:
+        """A health or readiness probe (``/readyz``, ``/healthz``, the ``readiness.path`` the
+        config names): a monitor asking whether the engine is up must never start it. An
+        engine's default readiness path is left out: it is also an API its clients open with
+        (Gradio's ``/config``, which ``gradio_client`` reads first)."""
+        if facts.method not in SAFE_METHODS:
+            return False
+        path = facts.path.split("?", 1)[0].rstrip("/") or "/"
+        return path in PROBE_PATHS or (self._explicit_ready_path and path == self.ready_path)
 
     def request_wakes(self, facts: RequestFacts) -> bool:
         """The engine's own rule for a request that is neither a websocket nor a page load."""

@@ -158,7 +158,9 @@ def _held(t: Json) -> str:
 
 def target_card(name: str, t: Json, now: float, actions: bool) -> str:
     phase = t["phase"]
-    stage = f' <span class="stage">{e(t["stage"])}</span>' if t.get("stage") else ""
+    # A start in its "starting" stage would show the same word twice: the phase says it.
+    shown = t.get("stage") if t.get("stage") != phase else None
+    stage = f' <span class="stage">{e(shown)}</span>' if shown else ""
     failure = t["last_failure"]
     rows = [
         ("Since", since(t["since"], now)),
@@ -386,7 +388,8 @@ PAGE = """<!doctype html>
 <button type="submit">Use</button></form>
 <p id="notice" role="status">{notice}</p></header>
 <main id="view" data-now="{now}">{fragment}</main>
-<noscript><p class="muted">JavaScript is off: the page reloads every 10 s.</p></noscript>
+<footer class="foot"><noscript><p class="muted">JavaScript is off: the page reloads every 10 s.</p>
+</noscript></footer>
 <script src="/static/dashboard.js"></script>
 </body></html>
 """

@@ -247,6 +247,9 @@ async def respond(
     except ConnectionResetError:
         pass  # the client went away; the caller's close() ends the upstream exchange
     except UpstreamFailure as exc:
+        # A stream warmgate did not get to close before its own stop (a Gradio tab's heartbeat
+        # when the leader of several replicas stops first): ended by warmgate all the same.
+        ended = ended or runtime.stopped_by_warmgate
         if ended and (response.chunked or length is None):
             # A terminating chunk (or the end of the connection): a clean end, no error.
             with contextlib.suppress(ConnectionResetError):

@@ -109,6 +109,12 @@ class Runtime(Protocol):
     def engine(self) -> Engine: ...
 
     @property
+    def stopped_by_warmgate(self) -> bool:
+        """warmgate itself is stopping the target (or has): what its upstream breaks now, it
+        broke, and no error of the engine's is counted for it."""
+        ...
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     @property

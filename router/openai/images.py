@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,6 +30,7 @@ from aiohttp import web
 
 from router.config import Placement
 from router.errors import UpstreamError, UpstreamTimeout
+from router.http.proxy import COLD_START_HEADER
 from router.openai.call import Call
 from router.openai.errors import InvalidRequest
 from router.openai.fields import MAX_IMAGES
@@ -50,6 +52,13 @@ _SIZE = re.compile(r"^(\d{2,4})x(\d{2,4})$")
 
 class RenderFailed(UpstreamError):
     code = "render_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    pngs: list[bytes]
+    cold_wait: float | None
+    """Seconds the render waited for its target's cold start (or wake); ``None``: it did not."""
 
 
 def load_workflow(base_dir: str, path: str) -> dict[str, Any]:
@@ -117,8 +126,8 @@ class ComfyImages:
 
     def __init__(self, loads: Counter[str]) -> None:
         self.loads = loads
-        self._renders: dict[str, asyncio.Task[list[bytes]]] = {}
-        self._tasks: set[asyncio.Task[list[bytes]]] = set()
+        self._renders: dict[str, asyncio.Task[Rendered]] = {}
+        self._tasks: set[asyncio.Task[Rendered]] = set()
 
     def _key(self, call: Call) -> str:
         identity = call.client.digest or "-"
@@ -144,15 +153,19 @@ class ComfyImages:
             self._renders[key] = task
             self._tasks.add(task)
             task.add_done_callback(lambda t: self._finished(key, t))
-        pngs = await asyncio.shield(task)
+        rendered = await asyncio.shield(task)
         body = {
             "created": int(time.time()),
-            "data": [{"b64_json": base64.b64encode(png).decode()} for png in pngs],
+            "data": [{"b64_json": base64.b64encode(png).decode()} for png in rendered.pngs],
             "output_format": "png",
         }
-        return web.json_response(body)
+        headers = {}
+        if rendered.cold_wait is not None:  # a joined retry waited for that cold start too
+            call.notes["cold_wait"] = f"{rendered.cold_wait:.3f}"
+            headers[COLD_START_HEADER] = f"{rendered.cold_wait:.3f}"
+        return web.json_response(body, headers=headers)
 
-    def _finished(self, key: str, task: asyncio.Task[list[bytes]]) -> None:
+    def _finished(self, key: str, task: asyncio.Task[Rendered]) -> None:
         self._tasks.discard(task)
         if task.cancelled() or task.exception() is not None:
             if self._renders.get(key) is task:
@@ -180,7 +193,7 @@ class ComfyImages:
         session: aiohttp.ClientSession,
         workflow: Mapping[str, Any],
         values: list[dict[str, object]],
-    ) -> list[bytes]:
+    ) -> Rendered:
         name = runtime.name
         self.loads[name] += 1
         try:
@@ -204,7 +217,8 @@ class ComfyImages:
                         target=name,
                     ) from exc
                 log.info("%s: %d image(s) rendered on %s", request_id, len(values), name)
-                return [png for images in outputs for png in images]
+                pngs = [png for images in outputs for png in images]
+                return Rendered(pngs, held.waited if held.cold else None)
         finally:
             self.loads[name] -= 1
 

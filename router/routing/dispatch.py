@@ -31,7 +31,7 @@ from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
 from router.routing.paths import normalize_path
 from router.scale.hold import HoldResult
-from router.scale.state import TargetState
+from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.access")
@@ -120,7 +120,9 @@ class Dispatcher:
                 return response
             ep = endpoint(runtime.pick_endpoint(state))
             body, chunked, end = request_body(request, runtime)
-            with runtime.in_flight() as in_flight:
+            # To a parked target (a read it answers without its GPU): in flight, so it is not
+            # released under the read, but no activity that keeps it from its release.
+            with runtime.in_flight(counts=state.phase is not Phase.PARKED) as in_flight:
                 # send() and respond() rather than forward(): while the upstream thinks, this
                 # frame is the only one of ours.
                 try:

@@ -16,6 +16,8 @@ API clients are held, never shown this page.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import html
 import math
 from collections.abc import Mapping
@@ -149,7 +151,9 @@ small{{color:#999}}
 (function () {{
   var status = {status_json};
   var shownAt = Date.now() - status.elapsed * 1000;
-  var url = "/.warmgate/status/" + encodeURIComponent(status.target);
+  // wait=1: answered as soon as the target's state changes (at once once it is ready), else
+  // after a second, so the page continues the moment it can without polling faster.
+  var url = "/.warmgate/status/" + encodeURIComponent(status.target) + "?wait=1";
   var words = {words_json};
   function show(s) {{
     var elapsed = (Date.now() - shownAt) / 1000;
@@ -184,7 +188,7 @@ small{{color:#999}}
     fetch(url, {{cache: "no-store"}}).then(function (r) {{ return r.json(); }})
       .then(function (s) {{
         status = s; show(s);
-        if (s.ready) {{ location.reload(); }} else {{ setTimeout(poll, 500); }}
+        if (s.ready) {{ location.reload(); }} else {{ poll(); }}
       }})
       .catch(function () {{ setTimeout(poll, 1000); }});
   }}
@@ -258,6 +262,20 @@ def render(runtime: TargetRuntime) -> web.Response:
     )
 
 
+WAIT_MAX = 5.0
+"""Longest a status request with ``?wait=`` is held (seconds): the page still shows the time
+left and the stage in its own words while nothing changes."""
+
+
+def _wait_seconds(raw: str | None) -> float:
+    """``?wait=<seconds>``: answer once the state changes, or after that long (capped)."""
+    try:
+        wait = float(raw) if raw else 0.0
+    except ValueError:
+        return 0.0
+    return min(max(wait, 0.0), WAIT_MAX) if math.isfinite(wait) else 0.0
+
+
 class WaitingPages:
     """The dispatcher's hook: a page for browsers that load a page from a cold target."""
 
@@ -289,8 +307,15 @@ class WaitingPages:
         # Someone still waits, with the page open: the start is not abandoned (a start kept so
         # is still bounded by cold_start_timeout, and a ready target is not kept by it).
         runtime.waited()
-        if runtime.servable_now() is not None:
+        answer = status(runtime)
+        wait = _wait_seconds(request.query.get("wait"))
+        if wait > 0 and not answer["ready"]:
+            seen = runtime.state
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await runtime.cell.wait_for(lambda state: state is not seen)
+            answer = status(runtime)
+        if answer["ready"]:
             await runtime.let_through()  # the page continues: one more of a start's burst
-        return web.json_response(
-            status(runtime), headers={"Cache-Control": "no-store"}, dumps=dumps
-        )
+            answer = status(runtime)
+        return web.json_response(answer, headers={"Cache-Control": "no-store"}, dumps=dumps)

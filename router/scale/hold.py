@@ -67,7 +67,7 @@ async def wait_ready(
         raise shutting_down(target)
     if state.phase is Phase.FAILED:
         raise TargetFailed(
-            f"target {target!r} could not be started; it is retried after a backoff",
+            _failed(target, state),
             target=target,
             retry_after=max(1.0, state.retry_at - loop.time()),
         )
@@ -89,7 +89,7 @@ def admission_error(
     """Why a new request may not even be held right now, or ``None``. Pure."""
     if state.phase is Phase.FAILED and now < state.retry_at:
         return TargetFailed(
-            f"target {target!r} could not be started; it is retried after a backoff",
+            _failed(target, state),
             target=target,
             retry_after=max(1.0, state.retry_at - now),
         )
@@ -100,3 +100,10 @@ def admission_error(
             retry_after=5.0,
         )
     return None
+
+
+def _failed(target: str, state: TargetState) -> str:
+    """What a request held for a failed start is told: the engine's own reason, where its
+    readiness answer said why (a backend's failure stays in the log)."""
+    why = f": {state.told}" if state.told else ""
+    return f"target {target!r} could not be started{why}; it is retried after a backoff"

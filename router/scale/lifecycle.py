@@ -323,7 +323,7 @@ class Lifecycle:
         if self.rt.state.phase is Phase.PARKED:
             await self.release.stop_instead(f"the wake failed ({reason})")
             return
-        self.release.fail(reason)
+        self.release.fail(reason, engine_said=True)
         await self.release.reap()
 
     def _starting(self, event: Event, reason: str, **changes: object) -> None:

@@ -176,6 +176,8 @@ class Machine:
             self.before = old
         if row is not Phase.DRAINING:
             changes.setdefault("stopping", False)  # a stop belongs to one drain
+        if row is not Phase.FAILED:
+            changes.setdefault("told", "")  # the words of one failure
         if row is not Phase.PARKED:
             changes.setdefault("parking", False)
             changes.setdefault("waking", False)

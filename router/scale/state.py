@@ -48,6 +48,10 @@ class TargetState:
     """Consecutive failed cold starts; reset by a successful one."""
     retry_at: float = 0.0
     """In ``failed``: loop time after which a new start may be tried."""
+    told: str = ""
+    """In ``failed``: what requests held for the start are told of why, the engine's own
+    reason where its readiness answer said failed; empty for a backend's failure (a command,
+    a pod), whose words stay in the log and on the operator's pages."""
     stopping: bool = False
     """In ``draining``: the stop has been issued, so a new request must wait for the next start."""
     parking: bool = False

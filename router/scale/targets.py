@@ -37,6 +37,28 @@ def _servable(state: TargetState) -> bool:
     )
 
 
+def _parked_serves(state: TargetState) -> bool:
+    """Parked (its park done, no wake under way) with its process up: a request that does
+    not wake it is forwarded there (the engine answers reads without its weights)."""
+    return (
+        state.phase is Phase.PARKED
+        and not state.parking
+        and not state.waking
+        and bool(state.endpoints)
+    )
+
+
+def _asleep(state: TargetState) -> str:
+    """How a target that a request may not wake is asleep, in the words of its phase."""
+    if state.phase is Phase.PARKED:
+        return "parked"
+    if state.phase is Phase.FAILED:
+        return "not running (its last start failed)"
+    if state.phase is Phase.DRAINING:
+        return "being released"
+    return "scaled to zero"
+
+
 class TargetRuntime:
     def __init__(
         self,
@@ -124,6 +146,14 @@ class TargetRuntime:
     @property
     def state(self) -> TargetState:
         return self.cell.current
+
+    @property
+    def stopped_by_warmgate(self) -> bool:
+        """A stop of warmgate's own is under way (a release, a stop instead of a park), or
+        the target is cold: a stream still open to it breaks because of that, not as a
+        failure of the engine's (:mod:`router.http.proxy`)."""
+        state = self.cell.current
+        return state.stopping or state.phase is Phase.COLD
 
     def pick_endpoint(self, state: TargetState) -> str:
         """The endpoint with the fewest requests in flight, ties taken round robin. A pick
@@ -233,14 +263,18 @@ class TargetRuntime:
         if _servable(state):
             return HoldResult(state, 0.0, cold=False)
         now = self.loop.time()
-        if state.phase is not Phase.STARTING and not state.waking and not self.engine.wakes(facts):
-            # Only a start that someone else asked for is waited on; held requests are what
-            # make the lifecycle start a cold target, so a non-waking one may not be held.
-            raise TargetAsleep(
-                f"target {self.name!r} is scaled to zero; this request does not wake it",
-                target=self.name,
-                retry_after=10.0,
-            )
+        if not self.engine.wakes(facts):
+            if _parked_serves(state):
+                # Its process is up without its weights: a read it answers needs no GPU.
+                return HoldResult(state, 0.0, cold=False)
+            if state.phase is not Phase.STARTING and not state.waking:
+                # Only a start that someone else asked for is waited on; held requests are
+                # what make the lifecycle start a cold target, so a non-waking one may not be.
+                raise TargetAsleep(
+                    f"target {self.name!r} is {_asleep(state)}; this request does not wake it",
+                    target=self.name,
+                    retry_after=10.0,
+                )
         error = admission_error(state, self.waiting(), self.spec.scaling.max_held, self.name, now)
         if self.closing:
             raise shutting_down(self.name)  # the drain: no cold start begins
