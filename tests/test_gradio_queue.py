@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from router.scale.state import Phase
-from tests.helpers import ROOT, Running, gradio_app, wait_until, warmgate
+from tests.helpers import ROOT, Running, gradio_app, metric_value, wait_until, warmgate
 
 PREFIX = "/wan"
 GRADIO529 = ROOT / ".venv-gradio529"
@@ -153,3 +153,26 @@ async def test_a_queue_stream_is_busy_only_while_a_job_it_carries_runs(
             await wait_until(lambda: phase(wg) is Phase.COLD, timeout=30)
             with contextlib.suppress(aiohttp.ClientPayloadError):
                 await asyncio.wait_for(idle_stream, 10)  # ended at the release
+
+
+async def test_a_heartbeat_open_across_a_release_counts_no_upstream_reset(
+    tmp_path: Path, python: str
+) -> None:
+    """A tab's heartbeat (Gradio's own rate, 15 s) stays open until the release closes it:
+    warmgate's doing, so no ``reset`` is counted against the engine (issue 22, defect 6)."""
+    async with warmgate(config(tmp_path, python), str(tmp_path)) as wg:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{wg.url}{PREFIX}/config", timeout=120) as response:
+                app = await response.json()
+            url = f"{wg.url}{PREFIX}{app['api_prefix']}/heartbeat/tab"
+            timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+            async with http.get(url, timeout=timeout) as response:
+                assert response.status == 200
+                with contextlib.suppress(aiohttp.ClientPayloadError):
+                    async for _ in response.content.iter_any():
+                        pass  # until the release ends it
+        await wait_until(lambda: phase(wg) is Phase.COLD, timeout=30)
+        errors = await metric_value(
+            wg.admin, "warmgate_upstream_errors_total", target="wan", kind="reset"
+        )
+        assert errors == 0
