@@ -60,6 +60,13 @@ async def test_the_strip_follows_a_cold_start(tmp_path: Path) -> None:
         await page.wait_for_selector('#target-sleepy[data-phase="ready"]', timeout=WAIT)
         mark = f'{strip("sleepy", "hour")} path.mark[data-kind="cold start"]'
         await page.wait_for_selector(mark, timeout=WAIT)
+        # ready is drawn busy or idle once the accounting tick (about a second) has looked
+        last = f"{strip('sleepy', 'hour')} rect.seg:last-of-type"
+        await page.wait_for_function(
+            f"() => ['busy', 'idle'].includes(document.querySelector({json.dumps(last)})"
+            "?.dataset.label)",
+            timeout=WAIT,
+        )
         shown = await labels(page, "sleepy", "hour")
         assert shown[0] == "cold" and shown[1].startswith("starting")
         assert shown[-1] in ("busy", "idle")
