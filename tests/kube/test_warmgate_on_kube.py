@@ -280,7 +280,12 @@ async def test_an_api_server_restart_mid_run_loses_no_request(lab: Lab) -> None:
 
 
 async def test_while_the_api_server_is_away_a_held_request_waits_for_it(lab: Lab) -> None:
-    async with warmgate(lab.config()) as wg, aiohttp.ClientSession() as http:
+    # The hold outlasts the outage (up to 20 s) and the control plane's own restart, which on
+    # a loaded machine alone took most of a 60 s budget.
+    async with (
+        warmgate(lab.config(cold_start_timeout="180s")) as wg,
+        aiohttp.ClientSession() as http,
+    ):
         await asyncio.to_thread(lab.cluster.stop_apiserver)
         try:
             held = asyncio.ensure_future(get(http, wg.url + "/"))
