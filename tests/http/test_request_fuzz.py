@@ -71,9 +71,14 @@ def _close_the_loop() -> Iterator[None]:
 
 
 def _fields(items: Fields) -> Fields:
-    """As h11 keeps them: names in lower case, Transfer-Encoding's value too."""
+    """As h11 keeps them: names in lower case, Transfer-Encoding's value too, and no whitespace
+    around a value (RFC 9110 5.5: it is not part of it; aiohttp 3.12's parser, the floor, keeps
+    a value's trailing whitespace when the field is cut across two reads)."""
     return [
-        (name.lower(), value.lower() if name.lower() == b"transfer-encoding" else value)
+        (
+            name.lower(),
+            (value.lower() if name.lower() == b"transfer-encoding" else value).strip(b" \t"),
+        )
         for name, value in items
     ]
 
