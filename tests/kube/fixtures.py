@@ -119,8 +119,9 @@ async def _default_service_account(
     before 1.24, its token Secret, which 1.20's admission mounts into every pod), no pod may be
     created there: a Deployment scaled up meanwhile reports ``ReplicaFailure``, which warmgate
     rightly takes for a failed start. A namespace in a real cluster has had both long before
-    anything is deployed."""
-    async with asyncio.timeout(30):
+    anything is deployed. After a control-plane restart (a test before may make one) the
+    controller-manager takes its time to catch up on a loaded machine: up to 90 s."""
+    async with asyncio.timeout(90):
         while True:
             try:
                 account = await core.read_namespaced_service_account("default", namespace)
