@@ -301,8 +301,7 @@ class TargetRuntime:
                 state if _servable(state) else result.state, self.loop.time() - now, cold=True
             )
             outcome = "ready"
-            if result.cold:  # what a start costs in waiting (idle_after: auto weighs it)
-                self.learned.idling.waits.wait(result.waited)
+            self.learned.idling.waits.wait(result.waited)  # what a start costs in waiting
             return result
         except Exception as exc:
             outcome = "timeout" if getattr(exc, "status", 0) == 504 else "failed"
