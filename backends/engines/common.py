@@ -21,6 +21,7 @@ from yarl import URL
 
 from backends.base import ChoosesReadyPort, RequestFacts, StartFailed, StreamActivity
 from backends.engines.parking import Parker
+from backends.outside import one_line
 from backends.specs import EngineSpec, ParkRequests, Readiness
 
 log = logging.getLogger("warmgate.engine")
@@ -64,16 +65,13 @@ PROBE_PATHS: Final = frozenset({"/readyz", "/healthz", "/livez", "/health"})
 """Upstream paths of health and readiness probes (Kubernetes' and most engines' names); a
 request for one never wakes a target (:meth:`EngineBase.is_probe`)."""
 
-ERROR_CHARS: Final = 300
-"""Most characters of an engine's error kept in a reason (the waiting page, held answers)."""
-
 _RAISED: Final = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception)\b:?")
 
 
 def engine_error(text: str) -> str:
     """The meaningful line of an engine's error body: a JSON ``detail``/``error``/``message``
     (or a JSON string), else the exception a traceback ends with (its last line, not its top),
-    else the last line; cut to :data:`ERROR_CHARS`."""
+    else the last line; cut to :data:`backends.outside.ERROR_CHARS`."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -84,8 +82,7 @@ def engine_error(text: str) -> str:
         text = data
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     raised = [line for line in lines if _RAISED.match(line)]
-    line = (raised or lines or ["(no body)"])[-1]
-    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
+    return one_line((raised or lines or ["(no body)"])[-1])
 
 
 def failure_of(body: bytes) -> str | None:
