@@ -61,6 +61,13 @@ class Metrics:
         self.cold_starts = Counter(
             "cold_starts", "Cold starts begun", ["target"], namespace=ns, registry=r
         )
+        self.lifecycle_errors = Counter(
+            "lifecycle_errors",
+            "Failures of a step of a target's lifecycle loop (it goes on after a backoff)",
+            ["target", "step"],
+            namespace=ns,
+            registry=r,
+        )
         self.cold_start_seconds = Histogram(
             "cold_start_seconds",
             "From scale-up to ready",

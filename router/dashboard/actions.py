@@ -113,6 +113,9 @@ class Actions:
             return _error(409, "not_available", "parking is not available for this target", name)
         if runtime.backend.always_on:
             return _error(409, "always_on", f"{name} is always on: nothing to {action}", name)
+        if not runtime.supervisor.running:  # an ask would be an input nobody reads
+            message = f"{name}'s lifecycle is not running: nothing would carry out the {action}"
+            return _error(503, "lifecycle_stopped", message, name)
         if action == "park":
             result = self.park(runtime)
         else:

@@ -178,6 +178,9 @@ def target_card(name: str, t: Json, now: float, actions: bool) -> str:
     ]
     if t.get("parked") is not None:
         rows.insert(4, ("Parked tier", _parked(t["parked"], now)))
+    loop = t.get("lifecycle") or {}
+    if loop.get("last_error") is not None or loop.get("running") is False:
+        rows.append(("Lifecycle", _loop(loop, now)))
     if t.get("waiting_for"):
         rows.insert(3, ("Waiting for", e(t["waiting_for"])))
     return (
@@ -185,6 +188,19 @@ def target_card(name: str, t: Json, now: float, actions: bool) -> str:
         f'<header><h3>{e(name)}</h3> <span class="phase">{e(phase)}</span>{stage}</header>'
         f'<p class="reason">{e(t["reason"])}</p>{_dl(rows)}{_actions(name, t, actions)}'
         "</article>"
+    )
+
+
+def _loop(loop: Json, now: float) -> str:
+    """The target's lifecycle loop, shown once it failed or stopped (docs/operations.md)."""
+    state = "running" if loop["running"] else "not running"
+    error = loop["last_error"]
+    if error is None:
+        return state
+    repeats = f" ({error['repeats']}x in a row)" if error["repeats"] > 1 else ""
+    return (
+        f"{state}; {e(error['step'])} failed {since(error['at'], now)}{repeats}: "
+        f'<span class="muted">{e(error["error"])}</span>'
     )
 
 

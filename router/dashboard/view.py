@@ -113,6 +113,7 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "park_at": _wall(src, tier.park_at(runtime, idle_since)),
         "retry_at": _wall(src, state.retry_at) if state.phase is Phase.FAILED else None,
         "failures": state.failures,
+        "lifecycle": lifecycle_of(runtime),
         "always_on": always_on,
         "backend": spec.backend.kind,
         "engine": spec.engine,
@@ -131,6 +132,16 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         "timeline": day.timeline(runtime, wall_now),
         "gpu_hours_today": day.gpu_hours_today(runtime, wall_now),
         "waits_today": day.waits_today(runtime, wall_now),
+    }
+
+
+def lifecycle_of(runtime: TargetRuntime) -> Json:
+    """Whether the target's loop runs (an always-on target needs none), and its last failure."""
+    supervisor = runtime.supervisor
+    error = supervisor.last_error
+    return {
+        "running": supervisor.running or runtime.backend.always_on,
+        "last_error": None if error is None else error.to_json(),
     }
 
 

@@ -18,6 +18,7 @@ import logging
 import math
 
 from backends.base import Observation, StartFailed, load_progress, parking
+from backends.outside import one_line
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
 from router.scale.fencing import Fencing
@@ -40,7 +41,8 @@ class Lifecycle:
         self.others = others
         """Several warmgate replicas (docs/replicas.md): idleness is theirs together, and only
         the leader releases."""
-        self._task: asyncio.Task[None] | None = None
+        self._step = "account"
+        """The step of the loop's turn under way: the label of a failure."""
         self.window_change = math.inf
         """Loop time a ``keep_warm`` window begins or ends: the loop looks again then."""
         keda = keda_owns_replicas(runtime.backend)
@@ -72,15 +74,16 @@ class Lifecycle:
             self.machine.apply(Event.ENDPOINTS, endpoints=self._obs.endpoints)
             return
         self._recover()
-        self._task = asyncio.get_running_loop().create_task(
+        self.rt.supervisor.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"lifecycle:{self.rt.name}"
         )
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task = self.rt.supervisor.task
+        if task is not None:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
         await self.rt.learned.close()
         await self.rt.timeline.close()
         self.rt.rollout.close()
@@ -181,29 +184,43 @@ class Lifecycle:
         return (decide_keda if self.keda else decide)(self.view())
 
     async def _run(self) -> None:
+        """The loop, supervised: whatever a turn raises, it goes on after a backoff."""
+        supervisor = self.rt.supervisor
         while True:
-            await self.accounting.account()
-            step = self.decide()
-            if step.act is Act.WAIT:
-                await self._wait(min(step.until, self.window_change))
-                continue
+            self._step = "account"
             try:
-                await self._perform(step)
+                await self._turn()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a backend error must never end the loop
-                log.exception("%s: %s failed", self.rt.name, step.act.value)
-                state = self.rt.state
-                if state.phase is Phase.STARTING:
-                    self.release.fail(f"{step.act.value} failed: {exc}")
-                    with contextlib.suppress(Exception):
-                        await self.release.reap()  # never hold the GPU in a backoff
-                elif state.phase is Phase.DRAINING and not self.fencing.fenced:
-                    await self.release.failed(exc)  # never left holding requests for a stop
-                    self.next_probe = self.now
-                    await self._wait(self.now + 1.0)
-                else:
-                    await self._wait(self.now + 1.0)
+            except Exception as exc:
+                await self._wait(self.now + supervisor.failed(self._step, exc))
+            else:
+                supervisor.succeeded("account", "decide", self._step)
+
+    async def _turn(self) -> None:
+        await self.accounting.account()
+        self._step = "decide"
+        step = self.decide()
+        if step.act is Act.WAIT:
+            await self._wait(min(step.until, self.window_change))
+            return
+        self._step = step.act.value
+        try:
+            await self._perform(step)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a backend error: the phase is put right, then counted
+            self._step = f"{step.act.value}-recovery"
+            state = self.rt.state
+            if state.phase is Phase.STARTING:
+                self.release.fail(f"{step.act.value} failed: {one_line(exc)}")
+                with contextlib.suppress(Exception):
+                    await self.release.reap()  # never hold the GPU in a backoff
+            elif state.phase is Phase.DRAINING and not self.fencing.fenced:
+                await self.release.failed(exc)  # never left holding requests for a stop
+                self.next_probe = self.now
+            self._step = step.act.value
+            raise
 
     async def _wait(self, until: float) -> None:
         wake = self.rt.wake

@@ -27,6 +27,7 @@ from router.scale.learned import Learned
 from router.scale.pools import Seats
 from router.scale.rollout import RolloutWatch
 from router.scale.state import Phase, StateCell, TargetState
+from router.scale.supervision import Supervisor
 from router.scale.timeline import Timeline
 
 
@@ -142,6 +143,8 @@ class TargetRuntime:
         self.m_bytes_out = metrics.bytes.labels(name, "out")
         self.m_request_duration = metrics.request_duration.labels(name)
         self.metrics = metrics
+        self.supervisor = Supervisor(name, metrics)
+        """Whether the target's lifecycle loop runs, and its last failure."""
 
     @property
     def state(self) -> TargetState:
