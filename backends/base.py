@@ -13,6 +13,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from backends.outside import number, one_line
+
 
 @dataclass(frozen=True, slots=True)
 class Rollout:
@@ -60,6 +62,18 @@ class Observation:
     (``ErrImagePull``, ``CrashLoopBackOff``): it fails at once, not at ``cold_start_timeout``."""
     rollout: Rollout | None = None
     """The declared version against what runs, where the backend can tell (Kubernetes)."""
+
+    def __post_init__(self) -> None:
+        # The door from a backend to the router: the words of a pod, a child or an API server
+        # travel on as one bounded line, a progress only when it is one.
+        for name in ("failure", "degraded", "failure_reason"):
+            text = getattr(self, name)
+            if text is not None:
+                object.__setattr__(self, name, one_line(text))
+        if self.stage_message:
+            object.__setattr__(self, "stage_message", one_line(self.stage_message))
+        if self.progress is not None:
+            object.__setattr__(self, "progress", number(self.progress, 0.0, 1.0))
 
 
 Stage = Literal["scheduling", "unschedulable", "preempting", "pulling", "starting", "loading"]
@@ -187,7 +201,10 @@ class StartFailed(Exception):
     """The engine says its start failed and will not succeed as it is: its readiness answer says
     ``{"stage": "failed", "error": ...}`` (a launcher whose model could not load), or its
     warm-up failed. Raised from :meth:`Engine.probe_ready`; ``str()`` is the reason in the
-    engine's own words, for the waiting page and the held requests."""
+    engine's own words, for the waiting page and the held requests: one bounded line."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(one_line(reason))
 
 
 class Engine(Protocol):

@@ -17,9 +17,6 @@ from typing import Final
 ERROR_CHARS: Final = 300
 """Most characters of outside text kept (an engine's failure, a stage message, a pod event)."""
 
-_READ_CHARS: Final = 8 * ERROR_CHARS
-"""Characters of outside text looked at, at most: the rest is cut before any work on it."""
-
 _UNPRINTABLE: Final = re.compile(
     "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ud800-\udfff]+"
 )
@@ -35,7 +32,7 @@ def one_line(text: object, limit: int = ERROR_CHARS) -> str:
     stripped, and the line is cut to ``limit`` characters (the last one an ellipsis)."""
     if not isinstance(text, str):
         text = str(text)
-    text = text[:_READ_CHARS]
+    text = text[: 8 * limit]  # the rest is cut before any work on it
     line = _SPACES.sub(" ", _UNPRINTABLE.sub(" ", text)).strip()
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 

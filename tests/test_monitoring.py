@@ -161,6 +161,7 @@ async def test_the_rules_name_only_metrics_warmgate_exports() -> None:
         "WarmgateCloudBudget80",
         "WarmgateNoLeader",
         "WarmgateRolloutNotConverged",
+        "WarmgateLifecycleFailing",
     }
     assert all(rule["labels"]["severity"] for rule in alerts.values())
 
@@ -194,7 +195,7 @@ def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
         [tool, "check", "rules", str(plain_rules(tmp_path))], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 6 rules found" in out.stdout
+    assert "SUCCESS: 7 rules found" in out.stdout
 
 
 def test_the_alerts_pass_promtool_unit_tests(tmp_path: Path) -> None:
