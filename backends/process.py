@@ -18,6 +18,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 
 from backends.base import Observation, ObservationListener
+from backends.outside import one_line
 from backends.specs import READY_PORT
 from backends.specs import ProcessBackend as ProcessSpec
 
@@ -66,7 +67,7 @@ class OutputLines:
 
     @staticmethod
     def _text(piece: bytes) -> str:
-        return piece.decode(errors="replace").rstrip()
+        return one_line(piece.decode(errors="replace"), MAX_LINE)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -235,9 +236,9 @@ class ProcessBackend:
             return
         if self._stopping:
             return
-        tail = "\n".join(self.stderr_tail)
+        tail = "".join(f"\n  | {line}" for line in self.stderr_tail)  # never a record of its own
         reason = f"exited with code {code}"
-        log.warning("[%s] %s; last output:\n%s", self.target, reason, tail or "(none)")
+        log.warning("[%s] %s; last output:%s", self.target, reason, tail or " (none)")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
         self._logged_exit = proc  # the stop that follows has nothing left to say

@@ -6,10 +6,15 @@ holds off the next try."""
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
+
+from backends.outside import ERROR_CHARS
 
 from router.scale.state import Phase
 from tests.helpers import metric_value, one_target, warmgate
@@ -74,3 +79,53 @@ async def test_a_readyz_that_says_failed_fails_held_requests_with_its_reason(
             again = (await resp.json())["error"]
         assert again["code"] == "target_failed" and REASON in again["message"]
         assert await metric_value(wg.admin, "warmgate_cold_starts_total", target="comfy") == 1
+
+
+HOSTILE = (
+    "checkpoint \ud800.safetensors not found\r\n"
+    "2026-12-05 09:00:00,000 ERROR warmgate.lifecycle forged record\x1b[2J\x00" + "x" * 200_000
+)
+
+
+async def test_an_engines_hostile_failure_reaches_pages_json_logs_as_one_bounded_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """200 kB of error with CR/LF, ESC, NUL and a lone surrogate (valid JSON): every page and
+    answer works, each carries it as one line of ERROR_CHARS, and no log record carries it raw."""
+    script = tmp_path / "engine.py"
+    script.write_text(ENGINE.replace(repr(REASON), repr(HOSTILE)))
+    spec = {
+        "engine": "comfyui",
+        "routes": [{"path_prefix": "/comfy", "strip_prefix": True}],
+        "backend": {"kind": "process", "command": [sys.executable, str(script), "{port}"]},
+        "readiness": {"path": "/readyz", "interval": "50ms"},
+        "scaling": {"cold_start_timeout": "10m", "failure_backoff": "10m"},
+    }
+    caplog.set_level(logging.INFO)
+    async with warmgate(one_target("comfy", spec)) as wg, aiohttp.ClientSession() as client:
+        async with client.post(wg.url + "/comfy/prompt", json={"prompt": {}}) as resp:
+            assert resp.status == 503
+            message = (await resp.json())["error"]["message"]
+        assert "forged record" in message and len(message) < ERROR_CHARS + 200
+        assert not set(message) & set("\r\n\x1b\x00\ud800")
+        async with client.get(wg.url + "/.warmgate/status/comfy") as resp:
+            assert resp.status == 200
+            failure = str((await resp.json())["failure"])
+        assert len(failure) < ERROR_CHARS + 200 and "\x1b" not in failure
+        for url in (wg.url + "/comfy/", wg.url + "/comfy/anything"):
+            async with client.get(url, headers=PAGE) as resp:
+                assert resp.status in (200, 503), resp.status
+                page = await resp.text()
+            assert "forged record" in page and "\x1b" not in page and len(page) < 100_000
+        async with client.get(wg.admin + "/") as resp:
+            assert resp.status == 200
+            assert len(await resp.text()) < 200_000
+        async with client.get(wg.admin + "/targets") as resp:
+            assert resp.status == 200
+            listed = json.dumps(await resp.json())
+        assert len(listed) < 100_000
+    said = [r.getMessage() for r in caplog.records if "forged record" in r.getMessage()]
+    assert said, "the failure is logged"
+    for line in said:
+        assert not set(line) & set("\r\x1b\x00\ud800"), line[:200]
+        assert "\n2026-12-05" not in line and len(line) < 2 * ERROR_CHARS + 200

@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from backends.outside import one_line
+
 Json = dict[str, Any]
 
 
@@ -85,6 +87,7 @@ class KubeError(Exception):
     """An API request that failed; ``message`` is the server's own words where it sent any."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
+        message = one_line(message)  # the server's words, or a proxy's page in front of it
         super().__init__(message)
         self.message = message
         self.status = status

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
+from backends.outside import one_line
 from router.metrics import Metrics
 from router.scale.state import Phase, StateCell, TargetState
 
@@ -171,7 +172,11 @@ class Machine:
         if row is None:
             raise InvalidTransition(f"{self.name}: no {event.value!r} in phase {old.phase.value}")
         if reason is not None:
-            changes["reason"] = reason
+            changes["reason"] = one_line(reason)
+        for said in ("stage_message", "told"):  # the state carries outside words as one line
+            text = changes.get(said)
+            if isinstance(text, str) and text:
+                changes[said] = one_line(text)
         if event in (Event.DRAIN, Event.PARK):
             self.before = old
         if row is not Phase.DRAINING:
