@@ -15,7 +15,6 @@ import aiohttp
 import pytest
 
 from backends.outside import ERROR_CHARS
-
 from router.scale.state import Phase
 from tests.helpers import metric_value, one_target, warmgate
 
