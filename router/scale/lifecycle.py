@@ -41,7 +41,7 @@ class Lifecycle:
         self.others = others
         """Several warmgate replicas (docs/replicas.md): idleness is theirs together, and only
         the leader releases."""
-        self._step = "account"
+        self._step = "decide"
         """The step of the loop's turn under way: the label of a failure."""
         self.window_change = math.inf
         """Loop time a ``keep_warm`` window begins or ends: the loop looks again then."""
@@ -184,10 +184,20 @@ class Lifecycle:
         return (decide_keda if self.keda else decide)(self.view())
 
     async def _run(self) -> None:
-        """The loop, supervised: whatever a turn raises, it goes on after a backoff."""
+        """The loop, supervised: whatever a turn raises, it goes on after a backoff. The
+        accounting is a step apart: its failure never keeps a decision (a release) from being
+        made."""
         supervisor = self.rt.supervisor
         while True:
-            self._step = "account"
+            try:
+                await self.accounting.account()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                supervisor.failed("account", exc)
+            else:
+                supervisor.succeeded("account")
+            self._step = "decide"
             try:
                 await self._turn()
             except asyncio.CancelledError:
@@ -195,11 +205,9 @@ class Lifecycle:
             except Exception as exc:
                 await self._wait(self.now + supervisor.failed(self._step, exc))
             else:
-                supervisor.succeeded("account", "decide", self._step)
+                supervisor.succeeded("decide", self._step)
 
     async def _turn(self) -> None:
-        await self.accounting.account()
-        self._step = "decide"
         step = self.decide()
         if step.act is Act.WAIT:
             await self._wait(min(step.until, self.window_change))

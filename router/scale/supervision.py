@@ -1,5 +1,5 @@
 """A target's lifecycle never dies: each turn of its loop runs under a :class:`Supervisor`. An
-unexpected exception in any step is logged at ERROR with its traceback (once while it repeats),
+unexpected exception in any step is logged at ERROR with its traceback (once for its kind),
 counted (``warmgate_lifecycle_errors_total{target,step}``), shown on the target (``/targets``,
 the dashboard), and the loop goes on after a short backoff that grows while the step keeps
 failing. An idle GPU is still given back when one step of the loop breaks."""
@@ -59,6 +59,9 @@ class Supervisor:
         """Kept after the loop recovers (the dashboard shows when it last failed)."""
         self._failing: dict[str, int] = {}
         """Failures of each step since it last went through."""
+        self._logged: set[tuple[str, str]] = set()
+        """(step, exception type) already logged with a traceback: later ones are counted and
+        shown, not logged again (a failure that comes back each minute floods no log)."""
 
     @property
     def running(self) -> bool:
@@ -67,14 +70,15 @@ class Supervisor:
 
     def failed(self, step: str, exc: BaseException) -> float:
         """One turn failed in ``step``: counted, remembered, and logged with its traceback the
-        first time since the step last went through; returns the seconds to wait before the
-        next turn."""
+        first time this step fails so; returns the seconds to wait before the next turn."""
         self.metrics.lifecycle_errors.labels(self.target, step).inc()
         error = one_line(f"{type(exc).__name__}: {exc}")
         repeats = self._failing.get(step, 0) + 1
         self._failing[step] = repeats
         self.last_error = LoopError(step, error, time.time(), repeats)
-        if repeats == 1:  # the traceback's frames are warmgate's own lines; its words one line
+        kind = (step, type(exc).__name__)
+        if kind not in self._logged:  # the traceback's frames are warmgate's own lines
+            self._logged.add(kind)
             frames = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
             log.error(
                 "%s: the lifecycle's %s step failed: %s\n%s", self.target, step, error, frames
