@@ -14,7 +14,6 @@ import aiohttp
 import openai
 import pytest
 
-from router.openai.local import upstream_request_id
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import metric_value
 from tests.openai_stack import CLOUD_KEY, cloud_key, seen_anywhere, stack
@@ -69,9 +68,20 @@ async def test_local_chat_async_and_sync() -> None:
         # server takes nothing else); a client's own id goes as it is (below)
         ours = raw.headers["x-request-id"]
         assert sent.headers["X-Request-Id"] == str(uuid.UUID(hex=ours.removeprefix("req_")))
-        assert upstream_request_id("trace-42") == "trace-42"
-        assert upstream_request_id("req_not-hex") == "req_not-hex"
         assert sent.json()["model"] == "qwen3-8b"
+
+
+async def test_a_clients_own_request_id_reaches_the_local_server_as_it_is() -> None:
+    async with stack() as st:
+        client = st.client()
+        # Even one in warmgate's own form: only the ids warmgate makes go as a UUID.
+        for own in ("trace-42", f"req_{uuid.uuid4().hex}", "req_not-hex"):
+            raw = await client.chat.completions.with_raw_response.create(
+                model="qwen3-8b", messages=HELLO, extra_headers={"X-Request-ID": own}
+            )
+            assert raw.headers["x-request-id"] == own
+            assert st.local.requests[-1].headers["X-Request-Id"] == own
+        await client.close()
 
 
 async def test_local_model_name_is_rewritten_for_the_target() -> None:

@@ -285,6 +285,8 @@ class Bridge:
         finally:
             if accepted:
                 await self._close(self.client, code, reason)
+                # Before the handler ends: aiohttp would close the connection under the drain.
+                await self.client.lingered()
 
     async def _close(self, ws: Socket, code: int, reason: str) -> None:
         """Close ``ws`` with ``code`` and ``reason``, at most :data:`CLOSE_TIMEOUT` long. A close
@@ -299,10 +301,9 @@ class Bridge:
                     return
                 self._dropped.add(id(ws))
                 await ws.send_frame(b"", WSMsgType.CLOSE)
-                transport = (
-                    self.request.transport if ws is self.client else getattr(ws, "transport", None)
-                )
-                if transport is not None:
+                if ws is self.client:
+                    self.client.linger()
+                elif (transport := getattr(ws, "transport", None)) is not None:
                     transport.close()
 
 

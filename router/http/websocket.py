@@ -17,6 +17,7 @@ from yarl import URL
 
 from router.errors import UpstreamError
 from router.http.failures import translate
+from router.http.lingering import ClientSocket
 from router.http.runtime import Runtime
 
 NO_CODE: Final = 0
@@ -57,9 +58,10 @@ def handshake_refusal(request: web.BaseRequest) -> web.Response | None:
     )
 
 
-def client_socket(runtime: Runtime, protocol: str | None = None) -> web.WebSocketResponse:
-    """The client's side of a proxied websocket, answering with the engine's ``protocol``."""
-    return web.WebSocketResponse(
+def client_socket(runtime: Runtime, protocol: str | None = None) -> ClientSocket:
+    """The client's side of a proxied websocket, answering with the engine's ``protocol``; its
+    connection ends in a lingering close (:mod:`router.http.lingering`)."""
+    return ClientSocket(
         protocols=(protocol,) if protocol else (),
         autoclose=False,
         autoping=True,

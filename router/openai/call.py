@@ -23,6 +23,10 @@ def _request_key(name: str) -> web.RequestKey[str]:
 
 REQUEST_ID: Final = _request_key("warmgate_request_id")
 """Set on every API request; answered as ``x-request-id``."""
+UPSTREAM_ID: Final = _request_key("warmgate_upstream_request_id")
+"""Set with :data:`REQUEST_ID`: the id a local target is sent. A client's own id as it is;
+warmgate's own (``req_<hex>``) as the UUID it was made from, since some servers take only a UUID
+there (llama-cpp-python's answers any other 400)."""
 DECISION: Final = _request_key("warmgate_decision")
 """The last decision's header value; answered as ``X-Warmgate-Decision``."""
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from backends.units import parse_duration
 from router.config import Config
 from router.errors import BodyTooLarge
-from router.openai.call import MAX_WAIT_HEADER, PATHS, REQUEST_ID, Call
+from router.openai.call import MAX_WAIT_HEADER, PATHS, REQUEST_ID, UPSTREAM_ID, Call
 from router.openai.costs import bound
 from router.openai.credentials import Client, ClientKeys, Privacy
 from router.openai.errors import InvalidApiKey, InvalidRequest, ModelNotFound
@@ -25,10 +25,17 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def begin(request: web.Request) -> str:
-    """The request's id: the client's ``x-request-id`` when it is a sane one, else a new one."""
+    """The request's id: the client's ``x-request-id`` when it is a sane one, else a new one
+    (and what a local target is sent, :data:`~router.openai.call.UPSTREAM_ID`)."""
     incoming = request.headers.get("x-request-id", "")
-    request_id = incoming if _REQUEST_ID.match(incoming) else f"req_{uuid.uuid4().hex}"
+    if _REQUEST_ID.match(incoming):
+        # A client's own goes everywhere as it is, even one that looks like warmgate's.
+        request_id = upstream = incoming
+    else:
+        made = uuid.uuid4()
+        request_id, upstream = f"req_{made.hex}", str(made)
     request[REQUEST_ID] = request_id
+    request[UPSTREAM_ID] = upstream
     return request_id
 
 

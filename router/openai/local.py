@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import uuid
 from collections import Counter
 from typing import Final
 
@@ -24,7 +23,7 @@ from backends.base import RequestFacts
 from router.config import Placement
 from router.http.headers import upstream_request_headers
 from router.http.proxy import forward_http
-from router.openai.call import PATHS, Call
+from router.openai.call import PATHS, UPSTREAM_ID, Call
 from router.scale.targets import TargetRuntime
 
 DROPPED: Final = frozenset({"authorization", "content-length", "cookie", "proxy-authorization"})
@@ -59,21 +58,8 @@ def local_headers(call: Call, trust_forwarded: bool) -> CIMultiDict[str]:
         if lower in DROPPED or lower.startswith("x-warmgate-"):
             headers.popall(name, None)
     headers["Content-Type"] = "application/json"
-    headers["X-Request-Id"] = upstream_request_id(call.request_id)
+    headers["X-Request-Id"] = call.request.get(UPSTREAM_ID, call.request_id)
     return headers
-
-
-def upstream_request_id(request_id: str) -> str:
-    """The request id the local server is sent: a client's own as it is; warmgate's own
-    (``req_<hex>``) as the UUID its hex is, since some servers take only a UUID there
-    (llama-cpp-python's server answers any other 400)."""
-    prefix, _, digits = request_id.partition("_")
-    if prefix != "req" or len(digits) != 32:
-        return request_id
-    try:
-        return str(uuid.UUID(hex=digits))
-    except ValueError:
-        return request_id
 
 
 async def forward_local(
