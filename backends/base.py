@@ -207,6 +207,15 @@ class StartFailed(Exception):
         super().__init__(one_line(reason))
 
 
+@runtime_checkable
+class CountsRefusals(Protocol):
+    """An engine that tells when a number it answered was no answer (out of its bounds): the
+    router counts it (a backend cannot reach the router's metrics). Optional."""
+
+    on_refused: Callable[[str], None]
+    """Called with the field's name (one the engine's code gives, never outside text)."""
+
+
 class Engine(Protocol):
     """The protocol a target's workload speaks."""
 

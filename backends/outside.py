@@ -49,6 +49,23 @@ def number(
     return value if math.isfinite(value) and lo <= value <= hi else None
 
 
+class Refused(ValueError):
+    """A number from outside that is no answer (out of its bounds, not finite, a bool); ``field``
+    is the name the code gives it (a fixed set, never outside text: it may become a label)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"{field}: not a number within its bounds")
+        self.field = field
+
+
+def taken(value: object, field: str, lo: float, hi: float) -> float:
+    """``number(value, lo, hi)``, or :class:`Refused` naming ``field``."""
+    result = number(value, lo, hi)
+    if result is None:
+        raise Refused(field)
+    return result
+
+
 def count(value: object, hi: int = 2**31 - 1) -> int | None:
     """A count from outside (a queue's length, a number of jobs): an integer in ``[0, hi]``, or
     a float that is one; ``None`` for anything else (a bool, a fraction, a negative number)."""

@@ -20,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from backends.units import Duration
+from backends.outside import number
+from backends.units import PORT, Duration, integer, real
 
 
 class Frozen(BaseModel):
@@ -54,7 +55,7 @@ class ProcessBackend(Frozen):
     start, here and in ``env``."""
     host: str = "127.0.0.1"
     """Address the child listens on; loopback because only warmgate talks to it."""
-    port: int = Field(default=0, ge=0, le=65535)
+    port: Annotated[int, integer(0, 65535)] = 0
     """0: a free port at each start, so a lingering old child can never collide."""
     cwd: str | None = None
     """Relative to the config file's directory; default: the config file's directory."""
@@ -84,7 +85,7 @@ class KubernetesBackend(Frozen):
     """Namespace of the Deployment and its Service."""
     deployment: str
     """Name of the Deployment that runs the engine (kept at 0 replicas while idle)."""
-    port: int = Field(ge=1, le=65535)
+    port: Annotated[int, PORT]
     """The engine's container port: pods are reached at ``http://<pod address>:<port>``."""
     route_to: Literal["pods", "service"] = "pods"
     """``pods``: forward to ready pod addresses, least in-flight first (no kube-proxy hop, and a
@@ -93,15 +94,15 @@ class KubernetesBackend(Frozen):
     service: str | None = None
     """The Service that selects the Deployment's pods (its EndpointSlices carry readiness);
     default: the Deployment's name. Required with ``route_to: service``."""
-    service_port: int | None = Field(default=None, ge=1, le=65535)
+    service_port: Annotated[int, PORT] | None = None
     """``route_to: service``: the Service's port; default: ``port``."""
-    max_replicas: int = Field(default=1, ge=1)
+    max_replicas: Annotated[int, integer(1, 10_000)] = 1
     """Replicas asked for on a scale-up from zero. 1: one GPU per interactive engine."""
     mode: Literal["direct", "keda"] = "direct"
     """``direct``: warmgate patches ``deployments/<name>/scale`` itself (and refuses to start
     next to an HPA or ScaledObject on the same Deployment); ``keda``: a KEDA ScaledObject owns
     the replica count, and warmgate only watches the Deployment (it is KEDA's scaler)."""
-    target_concurrency: float = Field(default=1.0, gt=0)
+    target_concurrency: Annotated[float, real(0, 1e6, above=True)] = 1.0
     """``mode: keda``: in-flight + held requests per replica that KEDA should aim for (the
     metric's target size). 1: one render per GPU."""
 
@@ -145,10 +146,27 @@ READY_PORT = "{ready_port}"
 readiness listener; as ``readiness.port``: probe there."""
 
 
+def _readiness_port(value: object) -> object:
+    """One readable line for a bad ``readiness.port``, not the names of the union's members."""
+    if value is None or value == READY_PORT:
+        return value
+    if not isinstance(value, int) or number(value, 1, 65535) is None:
+        raise ValueError(f'expected a port from 1 to 65535 or "{READY_PORT}", got {value!r:.60}')
+    return value
+
+
+def _service_port(value: object) -> object:
+    if isinstance(value, str) and value:
+        return value
+    if not isinstance(value, int) or number(value, 1, 65535) is None:
+        raise ValueError(f"expected a port's name or a number from 1 to 65535, got {value!r:.60}")
+    return value
+
+
 class Readiness(Frozen):
     path: str = "/readyz"
     """Probed with GET until it answers 200: the engine reports its weights resident."""
-    port: Annotated[int, Field(ge=1, le=65535)] | Literal["{ready_port}"] | None = None
+    port: Annotated[int | Literal["{ready_port}"] | None, BeforeValidator(_readiness_port)] = None
     """Where ``path`` is probed, when not on the port traffic goes to: a number (a Deployment's
     readiness port), or ``{ready_port}``: the port a ``process`` target's command was given as
     ``{ready_port}`` (a launcher that serves ``/readyz`` on a port of its own, as the Wan2GP
@@ -311,7 +329,7 @@ class ReplicasSpec(Frozen):
     """Namespace of warmgate's own Service and of the Lease."""
     service: str
     """The headless Service that selects warmgate's pods; its EndpointSlices list the replicas."""
-    port: int | str = "admin"
+    port: Annotated[int | str, BeforeValidator(_service_port)] = "admin"
     """The Service's port (its name, or the number) that serves ``admin_listen``."""
     identity: str | None = None
     """This replica's name, as its pod is named in the EndpointSlices' ``targetRef``; default:

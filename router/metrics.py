@@ -163,6 +163,14 @@ class Metrics:
             namespace=ns,
             registry=r,
         )
+        self.outside_refused = Counter(
+            "outside_refused",
+            "Numbers from outside refused as no answer (out of bounds, not finite, a bool), "
+            "by source (engine, peer, state) and field",
+            ["source", "field"],
+            namespace=ns,
+            registry=r,
+        )
         self.pool_waits = Counter(
             "pool_waits",
             "Starts or wakes that had to wait for room in their GPU pool",

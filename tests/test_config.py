@@ -124,7 +124,7 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
             "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
             "    scaling: {max_held: 0}",
             "targets.a.scaling.max_held",
-            "greater than or equal to 1",
+            "an integer from 1 to",
         ),
     ],
 )
@@ -214,3 +214,52 @@ def test_output_to_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
     stderr = done.stderr.decode()
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     assert done.returncode == 141, "as a command killed by SIGPIPE, what a shell expects"
+
+
+HUGE = "1" + "0" * 400  # a 401-digit integer: valid YAML, beyond any float
+TARGET = "targets:\n  a:\n    routes: [{}]\n    backend: {kind: static, url: http://x}\n"
+NUMBER_KEYS = [
+    (TARGET + "    timeouts: {connect: %s}", "targets.a.timeouts.connect"),
+    (TARGET + "    scaling: {idle_after: %s}", "targets.a.scaling.idle_after"),
+    (TARGET + "    scaling: {idle_bounds: [%s, 10]}", "targets.a.scaling.idle_bounds[0]"),
+    (TARGET + "    scaling: {cold_start_timeout: %s}", "targets.a.scaling.cold_start_timeout"),
+    (TARGET + "    readiness: {interval: %s}", "targets.a.readiness.interval"),
+    (TARGET + "    limits: {max_body: %s}", "targets.a.limits.max_body"),
+    (TARGET + "    limits: {max_connections: %s}", "targets.a.limits.max_connections"),
+    (TARGET + "    scaling: {max_held: %s}", "targets.a.scaling.max_held"),
+    (TARGET + "    waiting: {release_rate: %s}", "targets.a.waiting.release_rate"),
+    (TARGET + "    priority: %s", "targets.a.priority"),
+    (TARGET + "server: {drain_grace: %s}", "server.drain_grace"),
+    (TARGET + "policy: {max_wait: %s}", "policy.max_wait"),
+    (TARGET + "policy: {daily_cloud_budget_usd: %s}", "policy.daily_cloud_budget_usd"),
+    (TARGET + "economics: {gpu_hour_usd: %s}", "economics.gpu_hour_usd"),
+]
+
+
+@pytest.mark.parametrize(("template", "key"), NUMBER_KEYS)
+@pytest.mark.parametrize("value", [HUGE, "-" + HUGE, ".nan", ".inf", "true"])
+def test_a_number_key_out_of_every_range_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str, key: str, value: str
+) -> None:
+    path = write(tmp_path, template % value)
+    assert main(["check", "--config", str(path)]) == 2
+    head, *problems = capsys.readouterr().err.strip().splitlines()
+    assert head == "warmgate: invalid config" and len(problems) == 1, problems
+    assert problems[0].startswith(f"{path}: {key}: "), problems
+    assert "Input should be" not in problems[0], problems
+
+
+@pytest.mark.parametrize("value", ["true", "0", "65536", "-1", "1.5", '"http"', HUGE])
+def test_a_readiness_port_is_a_port_or_ready_port_said_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    path = write(tmp_path, TARGET + f"    readiness: {{port: {value}}}")
+    assert main(["check", "--config", str(path)]) == 2
+    head, *problems = capsys.readouterr().err.strip().splitlines()
+    assert head == "warmgate: invalid config" and len(problems) == 1, problems
+    assert problems[0].startswith(f"{path}: targets.a.readiness.port: expected a port from 1 to"), (
+        problems
+    )
+    assert "{ready_port}" in problems[0] and "constrained-int" not in problems[0], problems
+    good = write(tmp_path, TARGET + "    readiness: {port: 8001}")
+    assert main(["check", "--config", str(good)]) == 0

@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from backends.engines.openai_compat import waiting_requests
+from backends.outside import Refused
 from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
 from router.scale.engine_queue import EngineQueue
 from router.scale.state import Phase
@@ -61,6 +62,17 @@ def test_nothing_is_learned_across_a_gap_and_a_restart_empties_the_queue() -> No
     queue.heard(4, 62.0)
     queue.restart()  # parked and woken, or stopped and started again
     assert (queue.depth, queue.wait(), queue.job_seconds) == (0, 0.0, 1.0)
+
+
+def test_a_depth_out_of_bounds_is_no_answer_to_the_queue_and_to_the_vllm_reading() -> None:
+    queue = EngineQueue()
+    queue.heard(3, 0.0)
+    queue.heard(10**400, 1.0)  # once: OverflowError in the time per job
+    queue.heard(0, 2.0)
+    assert (queue.depth, queue.job_seconds, queue.wait()) == (0, None, 0.0)
+    for value in ("1e400", "NaN", "-Inf", "-3"):
+        with pytest.raises(Refused, match="requests_waiting"):
+            waiting_requests(f"vllm:num_requests_waiting {value}\n")
 
 
 def test_vllm_metrics_give_the_requests_waiting() -> None:
@@ -343,3 +355,62 @@ async def test_gradios_queue_size_is_the_depth_the_poll_reads(
                 assert response.status == 200, await response.text()
         await wait_until(lambda: wan.queue.depth == 2, timeout=30)
         assert wan.activity.busy_until > wan.loop.time(), "a queue that is not empty is busy"
+
+
+QUEUE_FIELDS = {"gradio": "queue_size", "comfyui": "queue_remaining"}
+HOSTILE_QUEUE = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+answers = [10**400, 0, float("nan"), True, 2]  # then 2 for good
+
+
+class Engine(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path in ("/gradio_api/queue/status", "/prompt"):
+            depth = answers.pop(0) if len(answers) > 1 else answers[0]
+            said = {"queue_size": depth, "exec_info": {"queue_remaining": depth}}
+        else:
+            said = {}
+        body = json.dumps(said).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Engine).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("engine", ["gradio", "comfyui"])
+async def test_an_engine_queue_beyond_the_float_range_is_no_answer_and_the_poll_goes_on(
+    engine: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue of 401 digits (valid JSON) once raised OverflowError in the queue's bookkeeping
+    and ended the target's lifecycle: now it is no answer, counted, logged once."""
+    script = tmp_path / "hostile_queue.py"
+    script.write_text(HOSTILE_QUEUE)
+    target = {
+        "engine": engine,
+        "routes": [{}],
+        "backend": {"kind": "process", "command": [sys.executable, str(script), "{port}"]},
+        "readiness": {"path": "/ready", "interval": "50ms"},
+        "scaling": {"busy_poll": "50ms", "idle_after": "10m", "cold_start_timeout": "30s"},
+        "waiting_page": "off",
+    }
+    data = {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "targets": {"t": target}}
+    async with warmgate(data, str(tmp_path)) as wg, aiohttp.ClientSession() as http:
+        async with http.get(wg.url + "/go") as response:
+            assert response.status == 200, await response.text()  # started, then polled
+        runtime = wg.runtime("t")
+        await wait_until(lambda: runtime.queue.depth == 2, timeout=30)
+        refused = {"source": "engine", "field": QUEUE_FIELDS[engine]}
+        assert await metric_value(wg.admin, "warmgate_outside_refused_total", **refused) == 3
+        logged = [r for r in caplog.records if f"{QUEUE_FIELDS[engine]}=" in r.getMessage()]
+        assert len(logged) == 1, [r.getMessage() for r in logged]  # once, not at every poll
+        assert runtime.state.phase is Phase.READY

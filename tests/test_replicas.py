@@ -17,6 +17,7 @@ from backends.base import Observation, Peer
 from backends.kubernetes.api import LEASES
 from backends.kubernetes.informer import Backoff
 from backends.kubernetes.membership import KubernetesMembership, peers_from_slices
+from backends.outside import Refused
 from backends.specs import ReplicasSpec
 from router.cluster.combine import PeerRecord, Word, combine, word_from_json, word_to_json
 from router.cluster.replicas import Replicas
@@ -108,6 +109,30 @@ def test_words_travel_as_times_relative_to_the_sender_and_receiver() -> None:
     assert back == Word(held=1, in_flight=2, idle_since=4990.0, wanted_until=5030.0, phase="ready")
     assert word_from_json({"idle_for": None}, 1.0).idle_since is None
     assert word_from_json({}, 1.0).wanted_until == -math.inf
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("idle_for", 1e400),  # what json reads for 1e400: an infinity
+        ("idle_for", math.nan),
+        ("idle_for", 10**400),
+        ("idle_for", -5.0),
+        ("idle_for", True),
+        ("wanted_for", math.inf),
+        ("wanted_for", 10**400),
+        ("held", 10**400),
+        ("held", 1.5),
+        ("in_flight", -1),
+        ("in_flight", True),
+    ],
+)
+def test_a_number_out_of_its_bounds_in_a_replicas_word_is_no_answer(
+    field: str, value: object
+) -> None:
+    with pytest.raises(Refused) as refused:
+        word_from_json({"phase": "ready", field: value}, now=100.0)
+    assert refused.value.field == field and isinstance(refused.value, ValueError)
 
 
 # -- deciding -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.helpers import ROOT, serve_app, warmgate
+from tests.helpers import ROOT, metric_value, serve_app, warmgate
 from tests.test_replicas_budget import table  # noqa: F401 - a fixture
 
 TOKEN_FILE = ROOT / "tests" / "replicas-token"
@@ -76,6 +76,12 @@ async def test_state_changing_endpoints_need_the_shared_token(
         {"day": "2030-01-01", "usd": float("-inf")},
         {"day": "2030-01-01", "usd": 1.0, "remembered": {"gone": {"day": "2030-01-01", "usd": -5}}},
         {"day": "2030-01-01", "usd": "lots"},
+        {"day": "2030-01-01", "usd": 10**400},
+        {
+            "day": "2030-01-01",
+            "usd": 1.0,
+            "remembered": {"gone": {"day": "2030-01-01", "usd": 1e400}},
+        },
     ],
 )
 async def test_a_report_of_a_negative_or_non_finite_spend_is_a_400(
@@ -125,3 +131,42 @@ async def test_a_body_nested_too_deep_is_a_plain_400(
         ):
             assert resp.status == 400, await resp.text()
             assert "nested" in await resp.text()
+
+
+@pytest.mark.parametrize("seconds", ["NaN", float("nan"), 1e400, 10**400, True, "5"])
+async def test_a_fence_for_a_number_of_seconds_that_is_none_is_refused(
+    seconds: object,
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    async with warmgate(config("me")) as wg:
+        table["me"] = wg.admin
+        for body in ({"seconds": seconds}, {"seconds": 5, "idle": seconds}):
+            body = {"target": "t", "leader": "other", **body}
+            status, text = await post(wg.admin, "/replicas/fence", body, TOKEN)
+            answer = json.loads(text)
+            assert status == 200 and answer["fenced"] is False, (body, text)
+            assert "must be a finite number" in answer["reason"], (body, text)
+
+
+async def test_a_peers_idle_for_beyond_the_float_range_is_no_answer_and_replicas_stays_json(
+    table: dict[str, str],  # noqa: F811 - the fixture
+) -> None:
+    async def activity(request: web.Request) -> web.Response:
+        body = b'{"replica": "other", "targets": {"t": {"phase": "ready", "idle_for": 1e400}}}'
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/replicas/activity", activity)
+    async with serve_app(app) as other, warmgate(config("me")) as wg:
+        table.update({"me": wg.admin, "other": other})
+        async with asyncio.timeout(10):
+            while await metric_value(wg.admin, "warmgate_outside_refused_total") < 2:  # noqa: ASYNC110 - a metric has no event
+                await asyncio.sleep(0.05)
+        refused = {"source": "peer", "field": "idle_for"}
+        assert await metric_value(wg.admin, "warmgate_outside_refused_total", **refused) >= 2
+        async with aiohttp.ClientSession() as http, http.get(wg.admin + "/replicas") as resp:
+            text = await resp.text()
+        view = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in {text}"))
+        assert "Infinity" not in text and view  # and the peer is silent, not idle since ever
+        replicas = wg.server.apps.replicas if wg.server.apps else None
+        assert replicas is not None and not replicas.records["other"].reachable

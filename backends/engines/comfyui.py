@@ -37,6 +37,7 @@ from backends.engines.common import (
     Warmup,
     WarmupFailed,
 )
+from backends.outside import count
 from backends.specs import EngineCall, EngineSpec, ParkRequests
 
 API_ROUTES: Final = frozenset(
@@ -165,12 +166,14 @@ class ComfyUIEngine(EngineBase):
         return await self.busy_from(self._queue_remaining(base_url))
 
     async def _queue_remaining(self, base_url: str) -> bool | None:
-        depth: int | None
         try:
             body = await self.get_json(base_url, "/prompt")
-            depth = int(body["exec_info"]["queue_remaining"])
+            said = body["exec_info"]["queue_remaining"]
         except (*PROBE_ERRORS, KeyError, TypeError):
-            depth = None
+            return self.heard_queue(base_url, None)
+        depth = count(said)
+        if depth is None:
+            self.refused(base_url, "queue_remaining", said)
         return self.heard_queue(base_url, depth)
 
     def request_wakes(self, facts: RequestFacts) -> bool:

@@ -21,7 +21,7 @@ from yarl import URL
 
 from backends.base import ChoosesReadyPort, RequestFacts, StartFailed, StreamActivity
 from backends.engines.parking import Parker
-from backends.outside import one_line
+from backends.outside import number, one_line
 from backends.specs import EngineSpec, ParkRequests, Readiness
 
 log = logging.getLogger("warmgate.engine")
@@ -44,10 +44,7 @@ def progress_of(body: bytes) -> float | None:
         data = json.loads(body)
     except ValueError:
         return None
-    value = data.get("progress") if isinstance(data, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if 0.0 <= value <= 1.0 else None
+    return number(data.get("progress"), 0.0, 1.0) if isinstance(data, dict) else None
 
 
 def readiness_at(readiness: Readiness, backend: object = None) -> Callable[[str], str]:
@@ -178,6 +175,11 @@ class EngineBase:
         self._queue: dict[str, int] = {}
         """The depth of the engine's own queue by endpoint, from the last busy poll that read
         one."""
+        self.on_refused: Callable[[str], None] = lambda field: None
+        """Told the field's name when a number the engine answered is no answer; the router
+        counts it (:class:`backends.base.CountsRefusals`)."""
+        self._refused: set[tuple[str, str]] = set()
+        """(endpoint, field) already logged: a refusal is logged once, counted every time."""
         park = spec.park
         requests = park if isinstance(park, ParkRequests) else None
         if park == "auto":
@@ -203,6 +205,21 @@ class EngineBase:
                 return response.status == 200
         except PROBE_ERRORS:
             return False
+
+    def refused(self, base_url: str, field: str, value: object) -> None:
+        """A number the engine answered for ``field`` (a name from this code) is out of its
+        bounds (a 401-digit queue, NaN, a bool): it is no answer; counted, logged once per
+        endpoint and field, never raised into the loop that polls."""
+        self.on_refused(field)
+        if (base_url, field) not in self._refused:
+            self._refused.add((base_url, field))
+            log.warning(
+                "%s engine at %s answered %s=%s, out of its bounds: taken as no answer",
+                self.spec.kind,
+                one_line(base_url),
+                field,
+                one_line(f"{value!r:.60}"),
+            )
 
     async def get_json(self, base_url: str, path: str) -> Any:
         """The JSON body of a 200 answer; ``None`` for any other answer or none at all."""

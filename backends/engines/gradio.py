@@ -45,6 +45,7 @@ from backends.engines.common import (
     WarmupFailed,
     engine_error,
 )
+from backends.outside import count
 from backends.specs import EngineSpec, GradioWarmup
 
 CLOSE_STREAM: Final = b'data: {"msg":"close_stream","event_id":null}\n\n'
@@ -156,12 +157,14 @@ class GradioEngine(EngineBase):
         return await self.busy_from(self._queued(base_url))
 
     async def _queued(self, base_url: str) -> bool | None:
-        depth: int | None
         try:
             status: Any = await self.get_json(base_url, f"{self.api_prefix}/queue/status")
-            depth = int(status["queue_size"])
+            said = status["queue_size"]
         except (*PROBE_ERRORS, KeyError, TypeError):
-            depth = None
+            return self.heard_queue(base_url, None)
+        depth = count(said)
+        if depth is None:
+            self.refused(base_url, "queue_size", said)
         return self.heard_queue(base_url, depth)
 
     def request_wakes(self, facts: RequestFacts) -> bool:

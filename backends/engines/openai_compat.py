@@ -23,6 +23,7 @@ from typing import Final
 
 from backends.base import RequestFacts, StreamActivity
 from backends.engines.common import PROBE_ERRORS, SAFE_METHODS, EngineBase
+from backends.outside import Refused, count, number
 from backends.specs import EngineCall, ParkedCheck, ParkRequests
 
 QUEUE_METRICS: Final = (
@@ -49,7 +50,10 @@ def waiting_requests(text: str) -> int | None:
                 continue
             found = True
         if found:
-            return max(0, round(total))
+            depth = count(round(total) if number(total) is not None else total)
+            if depth is None:  # 1e400 requests waiting, NaN, negative
+                raise Refused("requests_waiting")
+            return depth
     return None
 
 
@@ -79,6 +83,9 @@ class OpenAIEngine(EngineBase):
                     await reply.read()
                     return None
                 return waiting_requests(await reply.text())
+        except Refused as refused:
+            self.refused(base_url, refused.field, "a number out of bounds")
+            return None
         except PROBE_ERRORS:
             return None
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.base import Peer
+from backends.outside import Refused, count, taken
+from backends.units import MAX_DURATION
 from router.scale.targets import TargetRuntime
 
 
@@ -137,13 +139,25 @@ def word_to_json(word: Word, now: float) -> dict[str, Any]:
     }
 
 
+def _count(data: Mapping[str, Any], field: str) -> int:
+    value = data.get(field)
+    taken = 0 if value is None else count(value)
+    if taken is None:
+        raise Refused(field)
+    return taken
+
+
 def word_from_json(data: Mapping[str, Any], now: float) -> Word:
+    """A replica's word on one target; :class:`Refused` (a ``ValueError``: the whole answer is
+    no answer) for a number out of its bounds: ``idle_for: 1e400`` would make the target idle
+    since ever, and ``/replicas`` write ``Infinity``."""
     idle_for = data.get("idle_for")
-    wanted_for = float(data.get("wanted_for") or 0.0)
+    wanted = data.get("wanted_for")
+    wanted_for = 0.0 if wanted is None else taken(wanted, "wanted_for", 0, MAX_DURATION)
     return Word(
-        held=int(data.get("held") or 0),
-        in_flight=int(data.get("in_flight") or 0),
-        idle_since=None if idle_for is None else now - float(idle_for),
+        held=_count(data, "held"),
+        in_flight=_count(data, "in_flight"),
+        idle_since=None if idle_for is None else now - taken(idle_for, "idle_for", 0, MAX_DURATION),
         wanted_until=now + wanted_for if wanted_for > 0 else -math.inf,
         phase=str(data.get("phase") or "cold"),
     )

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 
 from backends.base import Membership, Peer
+from backends.outside import Refused
 from router.cluster.combine import PeerRecord, word_from_json
 
 log = logging.getLogger("warmgate.replicas")
@@ -30,6 +31,7 @@ class Peers:
         forget_after: float,
         on_answer: Callable[[str, Mapping[str, Any]], None],
         token: str | None = None,
+        on_refused: Callable[[str], None] = lambda field: None,
     ) -> None:
         self.membership = membership
         self.forget_after = forget_after
@@ -37,6 +39,8 @@ class Peers:
         self.on_answer = on_answer
         """Called with (replica, answer) for every answer, before its words are taken; raises
         on nonsense (the answer is then no answer)."""
+        self.on_refused = on_refused
+        """Called with the field's name when an answer is no answer for a number in it."""
         self.records: dict[str, PeerRecord] = {}
         self._token = token
         """The replicas' shared token, sent as ``Authorization: Bearer`` with every request."""
@@ -101,6 +105,8 @@ class Peers:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # refused, timed out, or an answer that makes no sense
+            if isinstance(exc, Refused):
+                self.on_refused(exc.field)
             if record.reachable or record.error is None:
                 log.warning("replica %s not answering: %r", record.peer.name, exc)
             record.reachable, record.error = False, repr(exc)
@@ -133,6 +139,9 @@ class Peers:
             return False
         try:
             self._heard(record, body)
+        except Refused as refused:
+            self.on_refused(refused.field)
+            return False
         except Exception:
             return False
         return True

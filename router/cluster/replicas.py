@@ -66,7 +66,14 @@ class Replicas:
         """The secret the replicas share (``replicas.token_file``): sent with every request to
         the others, and required of theirs that change state here."""
         idle_afters = [r.spec.scaling.idle_seconds for r in runtimes.values()] or [0.0]
-        self.peers = Peers(membership, spec.peer_grace + max(idle_afters), self._answer, token)
+        refused = metrics.outside_refused
+        self.peers = Peers(
+            membership,
+            spec.peer_grace + max(idle_afters),
+            self._answer,
+            token,
+            on_refused=lambda field: refused.labels("peer", field).inc(),
+        )
         self.spend = Spend(membership.identity, self.peers.answered)
         self.fenceables: dict[str, Fenceable] = {}
         self._granted: dict[str, float] = {}

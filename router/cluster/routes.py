@@ -14,11 +14,19 @@ from typing import Any
 
 from aiohttp import web
 
+from backends.outside import number
+from backends.units import MAX_DURATION
 from router.cluster.replicas import Replicas
 from router.cluster.spend import spend_problem
+from router.http.finite_json import dumps
 
 REPLICAS = web.AppKey("replicas", Replicas)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _answer(body: Any) -> web.Response:
+    """A JSON answer that is always JSON: a number that is not finite is written ``null``."""
+    return web.json_response(body, dumps=dumps)
 
 
 def _signed(handler: Handler) -> Handler:
@@ -54,36 +62,39 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 
 
 async def view(request: web.Request) -> web.Response:
-    return web.json_response(request.app[REPLICAS].describe())
+    return _answer(request.app[REPLICAS].describe())
 
 
 async def activity(request: web.Request) -> web.Response:
-    return web.json_response(request.app[REPLICAS].report())
+    return _answer(request.app[REPLICAS].report())
 
 
 async def fence(request: web.Request) -> web.Response:
     body = await _json_body(request)
     target, leader = str(body.get("target") or ""), str(body.get("leader") or "?")
-    try:
-        seconds = float(body.get("seconds") or 0)
-        needed = None if body.get("idle") is None else float(body["idle"])
-    except (TypeError, ValueError) as exc:
-        raise web.HTTPBadRequest(text="seconds and idle: expected numbers") from exc
-    refused = request.app[REPLICAS].fence(target, seconds, leader, needed)
-    return web.json_response({"fenced": refused is None, "reason": refused})
+    # a number that is none (a string, a bool, NaN, 1e400, a 401-digit integer) is refused
+    seconds = number(body.get("seconds") or 0)
+    needed = None if body.get("idle") is None else number(body["idle"], 0, MAX_DURATION)
+    if seconds is None:
+        refused: str | None = "seconds must be a finite number"
+    elif needed is None and body.get("idle") is not None:
+        refused = "idle must be a finite number of seconds, 0 to 3650d"
+    else:
+        refused = request.app[REPLICAS].fence(target, seconds, leader, needed)
+    return _answer({"fenced": refused is None, "reason": refused})
 
 
 async def unfence(request: web.Request) -> web.Response:
     body = await _json_body(request)
     request.app[REPLICAS].unfence(str(body.get("target") or ""), body.get("parked") is True)
-    return web.json_response({"fenced": False})
+    return _answer({"fenced": False})
 
 
 async def grant(request: web.Request) -> web.Response:
     body = await _json_body(request)
     pool, target = str(body.get("pool") or ""), str(body.get("target") or "")
     refused = request.app[REPLICAS].grant_here(pool, target)
-    return web.json_response({"granted": refused is None, "reason": refused})
+    return _answer({"granted": refused is None, "reason": refused})
 
 
 async def report(request: web.Request) -> web.Response:
@@ -92,7 +103,7 @@ async def report(request: web.Request) -> web.Response:
     if problem is not None:  # a negative or NaN spend would lift the shared budget
         raise web.HTTPBadRequest(text=problem)
     request.app[REPLICAS].heard_from(body)
-    return web.json_response({"ok": True})
+    return _answer({"ok": True})
 
 
 def add_routes(app: web.Application, replicas: Replicas) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+
+from backends.outside import number
 
 
 class SharedBudget(Protocol):
@@ -89,11 +90,15 @@ class Spend:
         return {"day": day.isoformat(), "usd": round(usd, 6), "remembered": remembered}
 
 
+MAX_SPEND: Final = 1e12
+"""The most USD a replica's word on a day's spend may say: more is no answer."""
+
+
 def _usd_problem(value: Any, at: str) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"{at}: expected a number of USD, got {value!r}"
-    if not math.isfinite(value) or value < 0:
-        return f"{at}: expected a finite number of USD, 0 or more, got {value!r}"
+        return f"{at}: expected a number of USD, got {value!r:.40}"
+    if number(value, 0, MAX_SPEND) is None:  # also NaN, infinities, a 401-digit integer
+        return f"{at}: expected a finite number of USD, 0 to 1e12, got {value!r:.40}"
     return None
 
 

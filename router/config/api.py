@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from backends.specs import Frozen
-from backends.units import Duration, Size
+from backends.units import MAX_COUNT, MAX_USD, Duration, Size, integer, real
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -18,11 +18,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class Cost(Frozen):
     """What a cloud model charges, in USD."""
 
-    input_per_mtok: float = Field(default=0.0, ge=0)
+    input_per_mtok: Annotated[float, real(0, MAX_USD)] = 0.0
     """USD per million input (prompt) tokens."""
-    output_per_mtok: float = Field(default=0.0, ge=0)
+    output_per_mtok: Annotated[float, real(0, MAX_USD)] = 0.0
     """USD per million output (completion) tokens."""
-    per_image: float = Field(default=0.0, ge=0)
+    per_image: Annotated[float, real(0, MAX_USD)] = 0.0
     """USD per generated image."""
 
 
@@ -39,7 +39,7 @@ class Placement(Frozen):
     public name."""
     cost: Cost = Cost()
     """Cloud: its prices, for the reservation against the daily budget and the spend metric."""
-    cost_per_gpu_second: float = Field(default=0.0, ge=0)
+    cost_per_gpu_second: Annotated[float, real(0, MAX_USD)] = 0.0
     """Local: USD per GPU-second, for reports only; local work is never refused for money."""
     base_path: str = "/v1"
     """Local chat/embeddings: where the target's OpenAI-compatible API lives (vLLM: ``/v1``)."""
@@ -96,7 +96,7 @@ class CloudSpec(Frozen):
     start: the cloud is unavailable and its placements are skipped."""
     timeout: Duration = 120.0
     """Seconds for one cloud call; long answers stream, so this bounds a stuck call."""
-    retries: int = Field(default=1, ge=0, le=5)
+    retries: Annotated[int, integer(0, 5)] = 1
     """warmgate's own retries of a failed call (5xx, timeout) before it falls back; the SDK's
     retries are off so that one place owns them."""
 
@@ -131,10 +131,10 @@ class Policy(Frozen):
     max_wait: Duration = 10.0
     """Default latency budget: the longest a request may wait for a cold local target before
     the cloud is preferred. 10 s: an interactive chat user still waits; a 2-minute load does not."""
-    daily_cloud_budget_usd: float = Field(default=0.0, ge=0)
+    daily_cloud_budget_usd: Annotated[float, real(0, MAX_USD)] = 0.0
     """Cloud spend allowed per UTC day. 0 (the default): the cloud is never paid for."""
     private: PrivateRule = PrivateRule()
-    overflow_queue_depth: int = Field(default=4, ge=0)
+    overflow_queue_depth: Annotated[int, integer(0, MAX_COUNT)] = 4
     """A ready local target with more than this in progress counts as saturated, and the cloud
     is preferred (``local_busy``): warmgate's own API requests to it, or the jobs in its engine's
     own queue where the engine tells them (ComfyUI's ``queue_remaining``, Gradio's
@@ -146,7 +146,7 @@ class Policy(Frozen):
     """A request sent to the cloud because the local target was cold starts it for next time."""
     assumed_cold_start: Duration = 30.0
     """Predicted cold start of a target never started yet; learned from its starts afterwards."""
-    assumed_output_tokens: int = Field(default=1024, ge=1)
+    assumed_output_tokens: Annotated[int, integer(1, MAX_COUNT)] = 1024
     """Output tokens reserved against the budget for a request without ``max_tokens``."""
 
 

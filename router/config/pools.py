@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-
-from pydantic import Field
+from typing import Annotated
 
 from backends.specs import Frozen, no_auto_park
-from backends.units import Duration
+from backends.units import Duration, integer
 from router.config.targets import Target
 
 POOL_NAME = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
@@ -19,7 +18,7 @@ class Pool(Frozen):
     """GPUs that several targets take turns on: at most ``capacity`` of them resident at once
     (starting, ready, draining, or waking from parked); a parked target does not count."""
 
-    capacity: int = Field(default=1, ge=1)
+    capacity: Annotated[int, integer(1, 1000)] = 1
     """Targets resident at once. 1: one card that one engine fills (a 5090 workstation)."""
     yield_after: Duration = 30.0
     """A resident target idle this long may be displaced (parked if it can be, else stopped)

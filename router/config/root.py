@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from backends.specs import Frozen, ReplicasSpec
-from backends.units import Duration
+from backends.units import Duration, integer
 from router.config.admin import AdminSettings
 from router.config.api import ApiSettings, CloudSpec, ModelSpec, Policy
 from router.config.economics import Economics
@@ -28,7 +28,7 @@ ENVIRONMENT = "environment"
 
 class HostPort(Frozen):
     host: str
-    port: int
+    port: Annotated[int, integer(0, 65535)]
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"

@@ -20,7 +20,7 @@ from backends.specs import (
     ProcessBackend,
     Readiness,
 )
-from backends.units import Duration, Size, parse_duration
+from backends.units import MAX_COUNT, Duration, Size, integer, parse_duration, real
 from router.config.windows import Window, parse_window
 
 GRADIO_RELEASE_RATE = 2.0
@@ -80,7 +80,7 @@ class Timeouts(Frozen):
 class Limits(Frozen):
     max_body: Size = 100 * 2**20
     """Largest request body in bytes; bigger -> 413. 100 MiB fits image and video uploads."""
-    max_connections: int = Field(default=0, ge=0)
+    max_connections: Annotated[int, integer(0, MAX_COUNT)] = 0
     """Upstream connections per target (0: unlimited). Keep-alive pooled."""
     max_ws_message: Size = Field(default=64 * 2**20, ge=1)
     """Largest websocket message in bytes, either way (its frames assembled); bigger -> the
@@ -100,7 +100,7 @@ class Waiting(Frozen):
     Omitted: true for ``engine: comfyui`` (a tab retries its websocket and shows "Reconnecting"
     until reloaded), false for the others, whose pages do not depend on one socket."""
 
-    release_rate: Annotated[float, Field(ge=0)] | None = None
+    release_rate: Annotated[float, real(0, 1e6)] | None = None
     """Requests held through a start (and waiting pages that continue) let through at most this
     many per second once the target is ready; a burst at "ready" no longer lands on an engine
     that has only just started. ``0``: all at once. Omitted: 2 for ``engine: gradio`` (a burst of
@@ -155,7 +155,7 @@ class Scaling(Frozen):
     """Longest a rollout (a new pod template of a Kubernetes target) may take from pods running
     for it until every pod runs it, ready: past it, an event and
     ``warmgate_rollout_failures_total`` (a few image pulls and loads of a render image)."""
-    max_held: int = Field(default=1000, ge=1)
+    max_held: Annotated[int, integer(1, MAX_COUNT)] = 1000
     """Requests held at once per target; beyond: 503 with Retry-After (shedding)."""
     stream_activity_window: Duration = 60.0
     """A websocket or SSE stream counts as activity if it carried a frame this recently."""
@@ -267,7 +267,7 @@ class Target(Frozen):
     """Options of the engine kind (``sleep_mode`` for openai)."""
     pool: str | None = None
     """The GPU pool (``pools:``) this target takes turns on; omitted: it waits for no one."""
-    priority: int = 0
+    priority: Annotated[int, integer(-(2**31), MAX_COUNT)] = 0
     """In its pool: among targets idle for the pool's ``yield_after``, the lowest priority is
     displaced first (then the longest idle). 0 by default: all equal."""
 

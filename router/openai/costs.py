@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from backends.outside import count
 from router.config import Cost
 
 _MTOK = 1_000_000
@@ -74,8 +75,9 @@ def actual(kind: str, usage: Mapping[str, Any] | None, images: int, cost: Cost) 
         return cost.per_image * images
     if not isinstance(usage, Mapping):
         return None
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
-    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
-    if not isinstance(prompt, int | float) or not isinstance(completion, int | float):
+    # the cloud's own figures, from outside: a count that is none (NaN, 1e400) is no answer
+    prompt = count(usage.get("prompt_tokens", usage.get("input_tokens", 0)))
+    completion = count(usage.get("completion_tokens", usage.get("output_tokens", 0)))
+    if prompt is None or completion is None:
         return None
     return (cost.input_per_mtok * prompt + cost.output_per_mtok * completion) / _MTOK

@@ -33,7 +33,7 @@ from router.errors import UpstreamError, UpstreamTimeout
 from router.http.proxy import COLD_START_HEADER
 from router.openai.call import Call
 from router.openai.errors import InvalidRequest
-from router.openai.fields import MAX_IMAGES
+from router.openai.fields import MAX_IMAGES, SIZE
 from router.openai.local import api_facts
 from router.scale.targets import TargetRuntime
 
@@ -47,7 +47,6 @@ HISTORY_POLL: Final = 0.25
 HISTORY_CHECK: Final = 2.0
 """With the websocket open, /history is still asked this often (a missed event never hangs)."""
 _PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
-_SIZE = re.compile(r"^(\d{2,4})x(\d{2,4})$")
 
 
 class RenderFailed(UpstreamError):
@@ -94,7 +93,7 @@ def image_values(body: Mapping[str, Any]) -> list[dict[str, object]]:
         raise InvalidRequest(f"n: expected 1 to {MAX_IMAGES}", param="n")
     size = body.get("size") or "1024x1024"
     size = "1024x1024" if size == "auto" else size
-    match = _SIZE.match(size) if isinstance(size, str) else None
+    match = SIZE.match(size) if isinstance(size, str) else None
     if match is None:
         raise InvalidRequest("size: expected WIDTHxHEIGHT such as 1024x1024", param="size")
     seed = body.get("seed")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import uuid
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -37,6 +39,24 @@ def begin(request: web.Request) -> str:
     request[REQUEST_ID] = request_id
     request[UPSTREAM_ID] = upstream
     return request_id
+
+
+def _noted(odd: list[str]) -> Callable[[str], float]:
+    def constant(text: str) -> float:  # NaN, Infinity, -Infinity
+        odd.append(text)
+        return float(text)
+
+    return constant
+
+
+def _finite(odd: list[str]) -> Callable[[str], float]:
+    def real(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):  # 1e400
+            odd.append(text)
+        return value
+
+    return real
 
 
 class Intake:
@@ -85,8 +105,9 @@ class Intake:
         """The request as a :class:`Call` of ``kind`` (``chat``, ``embeddings``, ``images``)."""
         client = self.authenticate(request)
         raw = await self._read(request)
+        odd: list[str] = []
         try:
-            body = json.loads(raw)
+            body = json.loads(raw, parse_constant=_noted(odd), parse_float=_finite(odd))
         except ValueError as exc:
             raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
         except RecursionError:
@@ -107,6 +128,11 @@ class Intake:
         if kind == "chat" and not isinstance(body.get("messages"), list):
             raise InvalidRequest("messages: expected a list of messages", param="messages")
         check_fields(kind, body)
+        if odd:  # Python's json reads them; JSON has none, and a server behind may not read them
+            raise InvalidRequest(
+                f"the request body holds {odd[0][:20]}, which is no JSON number "
+                "(NaN, Infinity and numbers beyond 1e308 are refused)"
+            )
         private = self.privacy.reason(request.headers, client)
         ask = Ask(private=private is not None, max_wait=self._max_wait(request, spec.max_wait))
         return Call(

@@ -13,6 +13,8 @@ import statistics
 from collections import deque
 from typing import Final
 
+from backends.outside import count
+
 SAMPLES: Final = 20
 """Drains remembered; the time per job is their median (one slow render does not make it)."""
 
@@ -38,6 +40,7 @@ class EngineQueue:
     def heard(self, depth: int | None, now: float) -> None:
         """One busy poll's answer: the depth it read, or ``None`` (no answer, or the engine
         tells no queue: nothing is learned across the gap, the depth stays)."""
+        depth = count(depth)  # the engine's figure: one out of bounds is no answer here too
         if depth is None:
             self._last = None
             return

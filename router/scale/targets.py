@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from backends.base import Backend, Engine, RequestFacts, parking
+from backends.base import Backend, CountsRefusals, Engine, RequestFacts, parking
 from router.config import Economics, Target
 from router.errors import NoEndpoint, TargetAsleep
 from router.http.in_flight import InFlight
@@ -89,6 +89,9 @@ class TargetRuntime:
         )
         self.cell = StateCell(initial)
         self.activity = Activity(now)
+        if isinstance(engine, CountsRefusals):  # an engine's number that was no answer
+            refused = metrics.outside_refused
+            engine.on_refused = lambda field: refused.labels("engine", field).inc()
         self.can_park = parking(engine) is not None
         """The engine has a park action (fixed by its config: asked once)."""
         self.learned = Learned(
