@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from backends.base import RequestFacts
+from router.errors import RequestError
 from router.http.finite_json import dumps
+from router.http.replies import error_response
 from router.routing.match import RouteTable
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
@@ -309,13 +311,25 @@ class WaitingPages:
         runtime.waited()
         answer = status(runtime)
         wait = _wait_seconds(request.query.get("wait"))
-        if wait > 0 and not answer["ready"]:
-            seen = runtime.state
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await runtime.cell.wait_for(lambda state: state is not seen)
-            answer = status(runtime)
+        if answer["ready"] or wait <= 0:
+            # Ready before this poll came: no start's burst to pace it in, so it takes no turn
+            # (anyone may poll; a turn taken by a poll that goes away would hold back a page).
+            return _answer(answer)
+        arrived, seen = runtime.loop.time(), runtime.state
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await runtime.cell.wait_for(lambda state: state is not seen)
+        answer = status(runtime)
         if answer["ready"]:
-            await runtime.let_through()  # the page continues: one more of a start's burst
+            # A page that waited through the start continues: one of its burst, in line with
+            # the held requests until its turn, for as long as a held request would be.
+            try:
+                await runtime.let_through(arrived + runtime.spec.scaling.cold_start_timeout)
+            except RequestError as exc:
+                return error_response(request, exc)
             answer = status(runtime)
-        return web.json_response(answer, headers={"Cache-Control": "no-store"}, dumps=dumps)
+        return _answer(answer)
+
+
+def _answer(answer: Mapping[str, object]) -> web.Response:
+    return web.json_response(answer, headers={"Cache-Control": "no-store"}, dumps=dumps)
