@@ -131,6 +131,7 @@ _PAGE = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <noscript><meta http-equiv="refresh" content="{refresh}"></noscript>
 <title>{title}</title>
+<link rel="icon" href="{icon}">
 <style>
 body{{font:16px/1.5 system-ui,sans-serif;background:#111;color:#eee;display:grid;
 place-items:center;min-height:100vh;margin:0}}
@@ -224,6 +225,14 @@ def _failed_text(info: Mapping[str, object]) -> str:
     return f"The workload failed to start: {info['failure']}. warmgate tries again{when}."
 
 
+ICON = (
+    "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
+    "%3Ccircle cx='8' cy='8' r='6' fill='%2344cc88'/%3E%3C/svg%3E"
+)
+"""The page's own icon, inline: a browser that finds none asks the target for
+``/favicon.ico``, a request held through the start for every tab that waits."""
+
+
 def render(runtime: TargetRuntime) -> web.Response:
     info = status(runtime)
     eta = float(info["eta"])  # type: ignore[arg-type]
@@ -237,6 +246,7 @@ def render(runtime: TargetRuntime) -> web.Response:
     text = _WAKING if info["waking"] else _STARTING
     body = _PAGE.format(
         title=f"{name} failed to start" if failed else f"{verb} {name}…",
+        icon=ICON,
         headline=f"<b>{name}</b> failed to start" if failed else f"{verb} <b>{name}</b>",
         text=html.escape(_failed_text(info)) if failed else text,
         waiting_for=html.escape(

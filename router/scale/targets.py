@@ -261,8 +261,10 @@ class TargetRuntime:
                 retry_after=1.0,
             ) from None
 
-    async def acquire(self, facts: RequestFacts) -> HoldResult:
+    async def acquire(self, facts: RequestFacts, *, paced: bool = True) -> HoldResult:
         """A state with endpoints to forward to; holds through a cold start when needed.
+        ``paced``: held through a start, it waits for its turn (:meth:`let_through`); a page's
+        sub-resource need not.
 
         The caller must count the request in flight before its next ``await`` (so the lifecycle
         never sees a moment where a released hold is neither held nor in flight)."""
@@ -301,7 +303,8 @@ class TargetRuntime:
                     listener()
             limit = self.spec.scaling.cold_start_timeout
             result = await wait_ready(self.cell, self.name, limit, self.loop, self._closing)
-            await self.let_through(now + limit)
+            if paced:
+                await self.let_through(now + limit)
             state = self.cell.current
             result = HoldResult(
                 state if _servable(state) else result.state, self.loop.time() - now, cold=True
