@@ -13,8 +13,9 @@ from aiohttp import web
 from backends.engines.gradio import LAUNCH_CHECK, GradioEngine
 from backends.specs import EngineSpec
 from router.config import parse_config
+from router.errors import HoldTimeout
 from router.metrics import Metrics
-from router.scale.hold import release_at
+from router.scale.hold import HoldResult, release_at
 from router.scale.lifecycle import Lifecycle
 from router.scale.targets import TargetRuntime
 from tests.fakes import FakeBackend, FakeEngine
@@ -111,3 +112,80 @@ async def test_a_gradio_app_is_ready_only_after_its_launch_check() -> None:
     finally:
         await engine.close()
         await runner.cleanup()
+
+
+def paced(rate: float, cold_start_timeout: str = "5m") -> Any:
+    config = parse_config(
+        {
+            "targets": {
+                "t": {
+                    "routes": [{}],
+                    "backend": {"kind": "process", "command": ["engine"]},
+                    "scaling": {"idle_after": "30m", "cold_start_timeout": cold_start_timeout},
+                    "waiting": {"release_rate": rate},
+                }
+            }
+        }
+    )
+    return config.targets["t"]
+
+
+@pytest.mark.looptime
+async def test_held_requests_that_go_away_give_their_turns_back() -> None:
+    loop = asyncio.get_running_loop()
+    engine = FakeEngine()
+    runtime = TargetRuntime("t", paced(2), FakeBackend(), engine, Metrics(), loop)
+    lifecycle = Lifecycle(runtime)
+    engine.ready_at = loop.time() + 30
+    await lifecycle.open()
+    try:
+
+        async def held() -> float:
+            await runtime.acquire(GET)
+            return loop.time()
+
+        first, *gone = [asyncio.ensure_future(held()) for _ in range(8)]
+        await asyncio.sleep(1)
+        last = asyncio.ensure_future(held())
+        ready = await first
+        assert ready >= engine.ready_at
+        # Seven clients went away while in line for their turns (aiohttp cancels the handler).
+        assert runtime.turns.waiting == 8
+        for task in gone:
+            task.cancel()
+        await asyncio.gather(*gone, return_exceptions=True)
+        assert runtime.turns.waiting == 1
+        # The one left goes on one turn after the first, not behind seven that are gone.
+        assert await last == ready + 0.5
+        assert runtime.turns.waiting == 0
+    finally:
+        await lifecycle.close()
+
+
+@pytest.mark.looptime
+async def test_the_wait_for_a_turn_ends_at_the_holds_deadline() -> None:
+    loop = asyncio.get_running_loop()
+    engine = FakeEngine()
+    metrics = Metrics()
+    runtime = TargetRuntime("t", paced(0.01, "60s"), FakeBackend(), engine, metrics, loop)
+    lifecycle = Lifecycle(runtime)
+    begun = loop.time()
+    engine.ready_at = begun + 30
+    await lifecycle.open()
+    try:
+        results = await asyncio.gather(
+            *[runtime.acquire(GET) for _ in range(2)], return_exceptions=True
+        )
+        went = [r for r in results if isinstance(r, HoldResult)]
+        ran_out = [r for r in results if isinstance(r, HoldTimeout)]
+        assert len(went) == 1 and len(ran_out) == 1, results
+        # Its next turn was 100 s after the first: answered at the hold's own deadline, 504.
+        assert loop.time() == begun + 60
+        assert ran_out[0].status == 504
+        assert runtime.turns.waiting == 0
+        outcome = metrics.registry.get_sample_value(
+            "warmgate_hold_outcomes_total", {"target": "t", "outcome": "timeout"}
+        )
+        assert outcome == 1.0
+    finally:
+        await lifecycle.close()

@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from backends.base import RequestFacts
+from router.errors import RequestError
 from router.http.finite_json import dumps
+from router.http.replies import error_response
 from router.routing.match import RouteTable
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
@@ -129,6 +131,7 @@ _PAGE = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <noscript><meta http-equiv="refresh" content="{refresh}"></noscript>
 <title>{title}</title>
+<link rel="icon" href="{icon}">
 <style>
 body{{font:16px/1.5 system-ui,sans-serif;background:#111;color:#eee;display:grid;
 place-items:center;min-height:100vh;margin:0}}
@@ -222,6 +225,14 @@ def _failed_text(info: Mapping[str, object]) -> str:
     return f"The workload failed to start: {info['failure']}. warmgate tries again{when}."
 
 
+ICON = (
+    "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
+    "%3Ccircle cx='8' cy='8' r='6' fill='%2344cc88'/%3E%3C/svg%3E"
+)
+"""The page's own icon, inline: a browser that finds none asks the target for
+``/favicon.ico``, a request held through the start for every tab that waits."""
+
+
 def render(runtime: TargetRuntime) -> web.Response:
     info = status(runtime)
     eta = float(info["eta"])  # type: ignore[arg-type]
@@ -235,6 +246,7 @@ def render(runtime: TargetRuntime) -> web.Response:
     text = _WAKING if info["waking"] else _STARTING
     body = _PAGE.format(
         title=f"{name} failed to start" if failed else f"{verb} {name}…",
+        icon=ICON,
         headline=f"<b>{name}</b> failed to start" if failed else f"{verb} <b>{name}</b>",
         text=html.escape(_failed_text(info)) if failed else text,
         waiting_for=html.escape(
@@ -309,13 +321,25 @@ class WaitingPages:
         runtime.waited()
         answer = status(runtime)
         wait = _wait_seconds(request.query.get("wait"))
-        if wait > 0 and not answer["ready"]:
-            seen = runtime.state
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await runtime.cell.wait_for(lambda state: state is not seen)
-            answer = status(runtime)
+        if answer["ready"] or wait <= 0:
+            # Ready before this poll came: no start's burst to pace it in, so it takes no turn
+            # (anyone may poll; a turn taken by a poll that goes away would hold back a page).
+            return _answer(answer)
+        arrived, seen = runtime.loop.time(), runtime.state
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await runtime.cell.wait_for(lambda state: state is not seen)
+        answer = status(runtime)
         if answer["ready"]:
-            await runtime.let_through()  # the page continues: one more of a start's burst
+            # A page that waited through the start continues: one of its burst, in line with
+            # the held requests until its turn, for as long as a held request would be.
+            try:
+                await runtime.let_through(arrived + runtime.spec.scaling.cold_start_timeout)
+            except RequestError as exc:
+                return error_response(request, exc)
             answer = status(runtime)
-        return web.json_response(answer, headers={"Cache-Control": "no-store"}, dumps=dumps)
+        return _answer(answer)
+
+
+def _answer(answer: Mapping[str, object]) -> web.Response:
+    return web.json_response(answer, headers={"Cache-Control": "no-store"}, dumps=dumps)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from backends.base import Backend, CountsRefusals, Engine, RequestFacts, parking
 from router.config import Economics, Target
-from router.errors import NoEndpoint, TargetAsleep
+from router.errors import HoldTimeout, NoEndpoint, TargetAsleep
 from router.http.in_flight import InFlight
 from router.metrics import Metrics
 from router.scale.activity import Activity
@@ -19,7 +19,6 @@ from router.scale.engine_queue import EngineQueue
 from router.scale.hold import (
     HoldResult,
     admission_error,
-    release_at,
     shutting_down,
     wait_ready,
 )
@@ -29,6 +28,7 @@ from router.scale.rollout import RolloutWatch
 from router.scale.state import Phase, StateCell, TargetState
 from router.scale.supervision import Supervisor
 from router.scale.timeline import Timeline
+from router.scale.turns import Turns
 
 
 def _servable(state: TargetState) -> bool:
@@ -131,8 +131,8 @@ class TargetRuntime:
         """A release was asked for (the dashboard): released once nothing is at work; dropped
         when the release begins, or when activity resumes first."""
         self._next_endpoint = 0
-        self._released_next = float("-inf")
-        """When the next request held through a start may go on (``waiting.release_rate``)."""
+        self.turns = Turns(loop, spec.release_rate)
+        """The line of those a start released (``waiting.release_rate``): :meth:`let_through`."""
         self.endpoint_load: dict[str, int] = {}
         """Requests in flight per endpoint (counted while there are several to choose from)."""
         self.queue = EngineQueue()
@@ -252,16 +252,25 @@ class TargetRuntime:
         self.cell.wake_all()
         self.wake.set()
 
-    async def let_through(self) -> None:
+    async def let_through(self, deadline: float) -> None:
         """Wait for this one's turn among those a start released (held requests, waiting pages
-        that continue): ``waiting.release_rate`` a second; at once while there is no queue."""
-        now = self.loop.time()
-        at, self._released_next = release_at(self._released_next, now, self.spec.release_rate)
-        if at > now:
-            await asyncio.sleep(at - now)
+        that continue): ``waiting.release_rate`` a second; at once while there is no line.
+        Raises :class:`HoldTimeout` at ``deadline`` (loop time), the request's own."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.turns.take()
+        except TimeoutError:
+            raise HoldTimeout(
+                f"target {self.name!r} is ready, but this request's turn among those its start "
+                f"released (waiting.release_rate) did not come before its deadline",
+                target=self.name,
+                retry_after=1.0,
+            ) from None
 
-    async def acquire(self, facts: RequestFacts) -> HoldResult:
+    async def acquire(self, facts: RequestFacts, *, paced: bool = True) -> HoldResult:
         """A state with endpoints to forward to; holds through a cold start when needed.
+        ``paced``: held through a start, it waits for its turn (:meth:`let_through`); a page's
+        sub-resource need not.
 
         The caller must count the request in flight before its next ``await`` (so the lifecycle
         never sees a moment where a released hold is neither held nor in flight)."""
@@ -298,10 +307,10 @@ class TargetRuntime:
             if self.activity.held == 1:
                 for listener in self.on_first_hold:
                     listener()
-            result = await wait_ready(
-                self.cell, self.name, self.spec.scaling.cold_start_timeout, self.loop, self._closing
-            )
-            await self.let_through()
+            limit = self.spec.scaling.cold_start_timeout
+            result = await wait_ready(self.cell, self.name, limit, self.loop, self._closing)
+            if paced:
+                await self.let_through(now + limit)
             state = self.cell.current
             result = HoldResult(
                 state if _servable(state) else result.state, self.loop.time() - now, cold=True
