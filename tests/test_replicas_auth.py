@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import aiohttp
@@ -170,3 +171,32 @@ async def test_a_peers_idle_for_beyond_the_float_range_is_no_answer_and_replicas
         assert "Infinity" not in text and view  # and the peer is silent, not idle since ever
         replicas = wg.server.apps.replicas if wg.server.apps else None
         assert replicas is not None and not replicas.records["other"].reachable
+
+
+async def test_a_peers_words_reach_views_and_logs_as_one_line(
+    table: dict[str, str],  # noqa: F811 - the fixture
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    hostile = "ready\r\n2026-12-05 09:00:00,000 ERROR warmgate forged\x1b[2J\x00"
+
+    async def activity(request: web.Request) -> web.Response:
+        body = {"replica": "other", "targets": {"t": {"phase": hostile, "idle_for": 1}}}
+        return web.json_response(body)
+
+    app = web.Application()
+    app.router.add_get("/replicas/activity", activity)
+    caplog.set_level(logging.INFO)
+    async with serve_app(app) as other, warmgate(config("me")) as wg:
+        table.update({"me": wg.admin, "other": other})
+        body = {"target": "t", "leader": hostile, "seconds": 5}
+        status, _ = await post(wg.admin, "/replicas/fence", body, TOKEN)
+        assert status == 200
+        async with asyncio.timeout(10):
+            while await metric_value(wg.admin, "warmgate_outside_refused_total", field="phase") < 1:  # noqa: ASYNC110 - a metric has no event
+                await asyncio.sleep(0.05)
+        async with aiohttp.ClientSession() as http, http.get(wg.admin + "/replicas") as resp:
+            text = await resp.text()
+        assert "forged" not in text  # a phase warmgate does not know is no answer
+    said = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
+    for message in said:
+        assert not set(message) & set("\r\x1b\x00") and "\n2026" not in message

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from backends.base import Peer
 from backends.outside import Refused, count, taken
 from backends.units import MAX_DURATION
+from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 
 
@@ -139,6 +140,18 @@ def word_to_json(word: Word, now: float) -> dict[str, Any]:
     }
 
 
+PHASES: Final = frozenset(phase.value for phase in Phase)
+
+
+def _phase(value: object) -> str:
+    """A phase a peer names: one of warmgate's, else its answer is no answer."""
+    if value is None:
+        return Phase.COLD.value
+    if not isinstance(value, str) or value not in PHASES:
+        raise Refused("phase")
+    return value
+
+
 def _count(data: Mapping[str, Any], field: str) -> int:
     value = data.get(field)
     taken = 0 if value is None else count(value)
@@ -159,7 +172,7 @@ def word_from_json(data: Mapping[str, Any], now: float) -> Word:
         in_flight=_count(data, "in_flight"),
         idle_since=None if idle_for is None else now - taken(idle_for, "idle_for", 0, MAX_DURATION),
         wanted_until=now + wanted_for if wanted_for > 0 else -math.inf,
-        phase=str(data.get("phase") or "cold"),
+        phase=_phase(data.get("phase")),
     )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from backends.base import Membership, Peer
+from backends.outside import one_line
 from backends.specs import ReplicasSpec
 from router.cluster.combine import (
     RESIDENT_PHASES,
@@ -238,7 +239,7 @@ class Replicas:
             return f"waiting for the GPU: the leader {leader.name} did not answer"
         if answer.get("granted") is True:
             return None
-        return str(answer.get("reason") or f"waiting for the GPU: refused by {leader.name}")
+        return one_line(answer.get("reason") or f"waiting for the GPU: refused by {leader.name}")
 
     def grant_here(self, pool: str, target: str) -> str | None:
         """As the leader: a seat of ``pool`` for ``target``, counting what is resident here,

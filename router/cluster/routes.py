@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from backends.outside import number
+from backends.outside import number, one_line
 from backends.units import MAX_DURATION
 from router.cluster.replicas import Replicas
 from router.cluster.spend import spend_problem
@@ -71,7 +71,7 @@ async def activity(request: web.Request) -> web.Response:
 
 async def fence(request: web.Request) -> web.Response:
     body = await _json_body(request)
-    target, leader = str(body.get("target") or ""), str(body.get("leader") or "?")
+    target, leader = str(body.get("target") or ""), one_line(body.get("leader") or "?", 100)
     # a number that is none (a string, a bool, NaN, 1e400, a 401-digit integer) is refused
     seconds = number(body.get("seconds") or 0)
     needed = None if body.get("idle") is None else number(body["idle"], 0, MAX_DURATION)
