@@ -90,6 +90,9 @@ class MemoryStore:
     async def load(self, key: str) -> dict[str, Any] | None:
         return self.documents.get(key)
 
+    def name_of(self, key: str) -> str:
+        return f"{key} in memory"
+
     async def save(self, key: str, document: Mapping[str, Any]) -> None:
         self.documents[key] = dict(document)
 
