@@ -361,12 +361,17 @@ def parking(engine: Engine) -> Parkable | None:
 class StateStore(Protocol):
     """Small JSON documents, by key, that outlive warmgate's process: learned cold-start
     figures, the day's cloud spend. Keys are short names (``cold-start``, ``budget``).
-    ``load`` never raises: a document missing or unreadable is ``None`` (an unreadable one is
-    logged as a warning); ``save`` raises :class:`BackendError` when it could not store it."""
+    ``load`` never raises nor blocks the loop: a document missing or unreadable is ``None`` (an
+    unreadable one is logged as a warning, :mod:`backends.documents`); ``save`` raises
+    :class:`BackendError` when it could not store it."""
 
     @property
     def where(self) -> str:
         """Where the documents are kept, for messages."""
+        ...
+
+    def name_of(self, key: str) -> str:
+        """Where the document ``key`` is kept (a file, an annotation), for messages."""
         ...
 
     async def load(self, key: str) -> dict[str, Any] | None: ...

@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from router.config import Cost
-from router.openai.budget import Budget
+from router.openai.budget import Budget, spend_of
 from router.openai.costs import actual, estimate
 
 MIDNIGHT = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC).timestamp()
@@ -106,3 +106,30 @@ def test_the_other_replicas_spend_of_the_same_day_counts_against_the_limit() -> 
     assert granted is not None and budget.mine() == (datetime.date(2026, 2, 28), 2.0)
     clock.now = MIDNIGHT  # a new day: theirs was yesterday's
     assert budget.left() == pytest.approx(8.0)  # the outstanding reservation carries over
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        {"spent": 10**400},
+        {"spent": float("inf")},  # what json.loads makes of 1e400
+        {"reserved": float("nan")},
+        {"spent": True},
+        {"spent": "12.5"},
+        {"spent": -1.0},
+        {"day": 20260301},
+    ],
+)
+def test_a_kept_spend_out_of_range_is_refused(kept: dict[str, object]) -> None:
+    budget = Budget(10.0, clock=Clock(MIDNIGHT + 60))
+    document = {"day": "2026-03-01", "spent": 1.0, "reserved": 0.0, **kept}
+    assert spend_of(document) == (None, None)
+    assert budget.restore(document) is False and budget.spent == 0.0
+
+
+def test_a_kept_spend_line_out_of_range_is_dropped() -> None:
+    budget = Budget(10.0, clock=Clock(MIDNIGHT + 60))
+    lines = {"m": [[MIDNIGHT + 1, 10**400]], "n": [[float("inf"), 1.0]], "o": [[MIDNIGHT, 0.5]]}
+    document = {"day": "2026-03-01", "spent": 0.5, "reserved": 0.0, "by_model": lines}
+    assert budget.restore(document) is True
+    assert budget.spend_by_model() == {"o": 0.5}

@@ -64,3 +64,25 @@ async def test_the_replicas_keep_one_key_each_in_a_configmap_made_on_first_write
     assert await a.load("budget.warmgate-a") is None  # away: a warning, nothing read
     with pytest.raises(BackendError, match="unreachable"):
         await a.save("budget.warmgate-a", {"day": "2026-03-02", "spent": 2.0})
+
+
+async def test_an_annotation_over_the_size_limit_is_not_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same door as a state file's (backends/documents.py): bounded, one JSON object."""
+    from backends.documents import MAX_DOCUMENT
+
+    cluster = FakeCluster()
+    cluster.create_deployment("render", "comfyui")
+    api = cluster.client()
+    pad = "x" * MAX_DOCUMENT
+    annotations = {"warmgate.io/big": f'{{"pad": "{pad}"}}', "warmgate.io/deep": "[" * 10**5}
+    await api.patch(DEPLOYMENTS, "render", "comfyui", {"metadata": {"annotations": annotations}})
+
+    def deployment() -> dict[str, object] | None:
+        return cluster._objects.get(("apps/deployments", "render", "comfyui"))
+
+    store = DeploymentAnnotations("render", "comfyui", lambda: api, deployment)
+    assert await store.load("big") is None and "larger than" in caplog.text
+    assert await store.load("deep") is None
+    assert await store.load_all("") == {}

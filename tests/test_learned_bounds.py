@@ -74,3 +74,16 @@ def test_a_learned_figure_over_a_day_is_not_read_back() -> None:
     assert wakes.predicted() == 2.0
     kept = ColdStarts(30.0)
     assert kept.restore({"version": 1, "starts": [40.0, 50.0], "stages": {}}) is True
+
+
+def test_a_learned_figure_no_float_holds_is_not_read_back() -> None:
+    """A 401-digit integer is valid JSON: refused (relearned), not an OverflowError at start."""
+    from router.scale.eta import ColdStarts
+    from router.scale.wakes import Wakes
+
+    huge = 10**400
+    starts = ColdStarts(30.0)
+    assert starts.restore({"version": 1, "starts": [huge], "stages": {}}) is False
+    assert starts.restore({"version": 1, "starts": [1.0], "stages": {"loading": [huge]}}) is False
+    assert starts.restore({"version": 1, "starts": [float("inf")], "stages": {}}) is False
+    assert Wakes(2.0).load({"version": 1, "wakes": [huge]}) is False

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import aiohttp
 import pytest
 
 from router.scale.wakes import Wakes
-from tests.helpers import ROOT, metric_value, wait_until, warmgate
+from tests.helpers import ROOT, Subprocess, metric_value, wait_until, warmgate
 from tests.openai_stack import cloud_key, stack  # noqa: F401 - a fixture
 from tests.test_parked import config as parking_config
 from tests.test_parked import demo, parked, prompt, rendered
@@ -209,3 +211,62 @@ async def test_the_days_cloud_spend_survives_a_restart(tmp_path: Path) -> None:
         assert st.api.budget.spent == pytest.approx(spent)
         remaining = await metric_value(st.wg.admin, "warmgate_cloud_budget_remaining_usd")
         assert remaining == pytest.approx(left)
+
+
+HOSTILE_STATE = {
+    "t.timeline.json": '{"v": 1, "until": 1, "segments": [[-Infinity, "cold"]], "marks": '
+    '[{"at": 1, "kind": "wake", "held": 1e400, "seconds": null}]}',
+    "t.idle.json": '{"version": 1, "ratio": 1.08, "gaps": 1e400, "bins": {}}',
+    "t.cold-start.json": f'{{"version": 1, "starts": [{10**400}], "stages": {{}}}}',
+    "t.wake.json": '{"version": 1, "wakes": [' + "[" * 100_000 + "]" * 100_000 + "]}",
+}
+
+
+async def test_a_hostile_state_dir_neither_stops_the_start_nor_the_release(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each document is ignored with one warning that names its file; the target starts, is
+    used and is released when idle, as without them."""
+    state = tmp_path / "state"
+    state.mkdir()
+    for name, text in HOSTILE_STATE.items():
+        (state / name).write_text(text)
+    config = demo_config(tmp_path, load_seconds=0.0)
+    config["targets"]["t"]["scaling"].update(idle_after="auto", idle_bounds=["1s", "1s"])
+    async with warmgate(config, base_dir=str(tmp_path)) as wg, aiohttp.ClientSession() as http:
+        status = f"{wg.url}/.warmgate/status/t"
+        assert (await get_json(http, status))["eta"] == 90.0  # relearned
+        async with http.get(wg.url + "/") as resp:
+            assert resp.status == 200
+        await poll(http, status, lambda s: s["phase"] == "cold")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    for name in HOSTILE_STATE:
+        assert len([line for line in warned if str(state / name) in line]) == 1, (name, warned)
+    assert all("\n" not in line for line in warned)
+
+
+def test_a_fifo_in_place_of_a_state_file_is_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO (or a device) is not a document: warmgate serve starts, answers /healthz and
+    stops on SIGTERM, where a read of it would have blocked the loop for good."""
+    state = tmp_path / "state"
+    state.mkdir()
+    os.mkfifo(state / "t.timeline.json")
+    os.mkfifo(state / "t.cold-start.json")
+    config = demo_config(tmp_path, load_seconds=0.0)
+    config["state_dir"] = str(state)
+    served = Subprocess(config, tmp_path)
+    try:
+        served.start()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(served.admin + "/healthz", timeout=2) as resp:
+                    assert resp.status == 200
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, served.log.read_text()
+                time.sleep(0.1)
+        assert served.terminate(timeout=20) == 0
+    finally:
+        served.stop()
+    assert "not a regular file" in served.log.read_text()

@@ -204,3 +204,64 @@ async def test_a_cold_start_is_drawn_and_a_restart_keeps_the_day(tmp_path: Path)
     assert labels_again[: len(labels) - 1] == labels[:-1], "the day before the restart stays"
     assert "unknown" in labels_again[len(labels) - 1 :] or labels_again[-1] == "cold"
     assert again["timeline"]["marks"] == t["timeline"]["marks"]
+
+
+HOSTILE = {
+    "minus infinity": '{"v": 1, "until": 1, "segments": [[-Infinity, "cold"]], "marks": []}',
+    "before 1970": '{"v": 1, "until": 1, "segments": [[-1e21, "cold"]], "marks": []}',
+    "held 1e400": '{"v": 1, "until": 1, "segments": [[1, "cold"]], "marks": '
+    '[{"at": 1, "kind": "wake", "held": 1e400, "seconds": null}]}',
+    "held 10**400": '{"v": 1, "until": 1, "segments": [[1, "cold"]], "marks": '
+    f'[{{"at": 1, "kind": "wake", "held": {10**400}, "seconds": null}}]}}',
+    "at 10**400": f'{{"v": 1, "until": 1, "segments": [[{10**400}, "cold"]]}}',
+    "until NaN": '{"v": 1, "until": NaN, "segments": [[1, "cold"]]}',
+    "a bool": '{"v": true, "until": true, "segments": [[true, "cold"]]}',
+    "a stage of its own": '{"v": 1, "until": 1, "segments": [[1, "starting:<b>x</b>"]]}',
+    "a mark of its own": '{"v": 1, "until": 1, "segments": [], "marks": [{"at": 1, "kind": '
+    '"<b>", "held": 1}]}',
+}
+
+
+@pytest.mark.parametrize("document", HOSTILE.values(), ids=HOSTILE.keys())
+async def test_a_hostile_document_is_ignored_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, document: str
+) -> None:
+    path = tmp_path / f"t.{KEY}.json"
+    path.write_text(document)
+    clock = Clock(4_000_000.0)
+    timeline, _ = recorder(clock, [False], [0])
+    timeline.store = FileStore(tmp_path, "t.")
+    await timeline.open()
+    assert [label for _, label in timeline.segments] == ["cold"]
+    assert list(timeline.marks) == []
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and str(path) in warned[0], warned
+    await timeline.close()
+
+
+async def test_a_strip_kept_ahead_of_this_clock_is_clamped_to_now(tmp_path: Path) -> None:
+    """Written under a clock an hour fast: its idle never covers the cold start after the
+    restart (nor counts its GPU-hours)."""
+    now = 5_000_000.0
+    ahead = {
+        "v": 1,
+        "until": now + 3600,
+        "segments": [[now - 600, "cold"], [now - 300, "idle"], [now + 1800, "busy"]],
+        "marks": [{"at": now + 1000, "kind": "wake", "held": 1, "seconds": 2.0}],
+    }
+    (tmp_path / f"t.{KEY}.json").write_text(json.dumps(ahead))
+    clock = Clock(now)
+    timeline, cell = recorder(clock, [False], [1])
+    timeline.store = FileStore(tmp_path, "t.")
+    await timeline.open()
+    assert [label for _, label in timeline.segments] == ["cold", "idle", "cold"]
+    assert max(at for at, _ in timeline.segments) <= timeline.now()
+    assert list(timeline.marks) == []
+    move(cell, timeline, clock, now + 10, phase=Phase.STARTING)
+    move(cell, timeline, clock, now + 70, phase=Phase.READY, endpoints=("http://x",))
+    seconds = timeline.seconds(now, now + 70)
+    assert seconds.get("idle", 0.0) < 0.1 and seconds.get("busy", 0.0) == 0.0, seconds
+    assert seconds["starting"] == pytest.approx(60.0) and seconds["cold"] == pytest.approx(
+        10.0, abs=0.1
+    )
+    await timeline.close()

@@ -9,18 +9,19 @@
   own namespace, ``warmgate-state``, created on the first write (RBAC: ``create``, and ``get``,
   ``patch`` on that name).
 
-A document that cannot be read is ignored with a warning; one that cannot be written is a
+A document is decoded by :mod:`backends.documents` (bounded, one JSON object): one that cannot
+be read is ignored with a warning; one that cannot be written is a
 :class:`BackendError` (the writer logs it and tries again with the next change).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from backends.base import BackendError
+from backends.documents import decode, encode
 from backends.kubernetes.api import (
     CONFIGMAPS,
     DEPLOYMENTS,
@@ -37,22 +38,6 @@ ANNOTATION = "warmgate.io/"
 """Prefix of the annotations a target's documents are kept in."""
 CONFIGMAP = "warmgate-state"
 """The ConfigMap (in warmgate's namespace) the replicas keep their documents in."""
-
-
-def _decode(raw: object, where: str) -> dict[str, Any] | None:
-    try:
-        document = json.loads(str(raw))
-    except ValueError as exc:
-        log.warning("ignoring unreadable state %s: %s", where, exc)
-        return None
-    if not isinstance(document, dict):
-        log.warning("ignoring state %s: expected a JSON object", where)
-        return None
-    return document
-
-
-def _encode(document: Mapping[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":"), sort_keys=True)
 
 
 def _not_connected(where: str) -> BackendError:
@@ -77,20 +62,23 @@ class DeploymentAnnotations:
     def where(self) -> str:
         return f"deployment {self.namespace}/{self.name}"
 
+    def name_of(self, key: str) -> str:
+        return f"{self.where} ({ANNOTATION}{key})"
+
     def _annotations(self) -> dict[str, Any]:
         deployment = self._deployment() or {}
         return dict((deployment.get("metadata") or {}).get("annotations") or {})
 
     async def load(self, key: str) -> dict[str, Any] | None:
         raw = self._annotations().get(ANNOTATION + key)
-        return None if raw is None else _decode(raw, f"{self.where} ({ANNOTATION}{key})")
+        return None if raw is None else decode(str(raw), self.name_of(key))
 
     async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
         found = {}
         for name, raw in self._annotations().items():
             if name.startswith(ANNOTATION + prefix):
                 key = name[len(ANNOTATION) :]
-                if (document := _decode(raw, f"{self.where} ({name})")) is not None:
+                if (document := decode(str(raw), f"{self.where} ({name})")) is not None:
                     found[key] = document
         return found
 
@@ -98,7 +86,7 @@ class DeploymentAnnotations:
         api = self._api()
         if api is None:
             raise _not_connected(self.where)
-        patch = {"metadata": {"annotations": {ANNOTATION + key: _encode(document)}}}
+        patch = {"metadata": {"annotations": {ANNOTATION + key: encode(document)}}}
         try:
             await api.patch(DEPLOYMENTS, self.namespace, self.name, patch)
         except KubeError as exc:
@@ -117,6 +105,9 @@ class ConfigMapStore:
     def where(self) -> str:
         return f"configmap {self.namespace}/{self.name}"
 
+    def name_of(self, key: str) -> str:
+        return f"{self.where} ({key})"
+
     async def _data(self) -> dict[str, Any]:
         api = self._api()
         if api is None:
@@ -133,14 +124,14 @@ class ConfigMapStore:
 
     async def load(self, key: str) -> dict[str, Any] | None:
         raw = (await self._data()).get(key)
-        return None if raw is None else _decode(raw, f"{self.where} ({key})")
+        return None if raw is None else decode(str(raw), self.name_of(key))
 
     async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
         found = {}
         for key, raw in (await self._data()).items():
             if not key.startswith(prefix):
                 continue
-            if (document := _decode(raw, f"{self.where} ({key})")) is not None:
+            if (document := decode(str(raw), self.name_of(key))) is not None:
                 found[key] = document
         return found
 
@@ -148,7 +139,7 @@ class ConfigMapStore:
         api = self._api()
         if api is None:
             raise _not_connected(self.where)
-        data = {key: _encode(document)}
+        data = {key: encode(document)}
         try:
             try:
                 await api.patch(CONFIGMAPS, self.namespace, self.name, {"data": data})

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,8 @@ from typing import Any
 from aiohttp import web
 
 from backends.base import StateStore
-from router.scale.persist import Writer
+from backends.outside import number, one_line
+from router.scale.persist import Writer, read_back
 
 log = logging.getLogger("warmgate.budget")
 
@@ -41,6 +41,12 @@ MODEL_POINTS = 288
 """Points kept per model on the day's spend line (one per :data:`POINT_EVERY` at most)."""
 POINT_EVERY = 300.0
 """Seconds: spend settled within this of the last point moves that point instead of adding one."""
+MOST_USD = 1e12
+"""A day's kept spend at most: more was not written by warmgate (a state document is outside)."""
+MODEL_LINES = 1000
+"""Models whose spend line is read back at most; a longer list was not written by warmgate."""
+MODEL_CHARS = 200
+"""Characters of a kept model name read back (a name comes from the file: one bounded line)."""
 
 
 @dataclass(slots=True)
@@ -195,25 +201,41 @@ class Budget:
         """The day's spend line per model, as kept (a record of an older warmgate has none)."""
         if not isinstance(kept, dict):
             return
-        for model, line in kept.items():
-            try:
-                points = [(float(t), float(usd)) for t, usd in line]
-            except (TypeError, ValueError):
-                continue
-            if points and all(math.isfinite(t) and math.isfinite(u) for t, u in points):
-                self.by_model[str(model)] = sorted(points)[-MODEL_POINTS:]
+        for model, line in list(kept.items())[:MODEL_LINES]:
+            points = _points(line)
+            if points:
+                self.by_model[one_line(model, MODEL_CHARS)] = sorted(points)[-MODEL_POINTS:]
+
+
+def _points(line: object) -> list[tuple[float, float]] | None:
+    """A kept spend line, each time and amount a finite number in bounds; ``None`` otherwise."""
+    if not isinstance(line, list):
+        return None
+    points = []
+    for point in line[-MODEL_POINTS:]:
+        if not isinstance(point, list) or len(point) != 2:
+            return None
+        t, usd = number(point[0], 0.0), number(point[1], 0.0, MOST_USD)
+        if t is None or usd is None:
+            return None
+        points.append((t, usd))
+    return points
 
 
 def spend_of(document: Mapping[str, Any]) -> tuple[datetime.date | None, float | None]:
     """(day, USD spent and reserved) of a kept record; ``(None, None)`` for nonsense."""
+    raw_day = document.get("day")
+    if not isinstance(raw_day, str):
+        return None, None
     try:
-        day = datetime.date.fromisoformat(str(document["day"]))
-        usd = float(document.get("spent") or 0.0) + float(document.get("reserved") or 0.0)
-    except (KeyError, TypeError, ValueError):
+        day = datetime.date.fromisoformat(raw_day[:10])
+    except ValueError:
         return None, None
-    if not math.isfinite(usd) or usd < 0:
+    spent = number(document.get("spent", 0.0), 0.0, MOST_USD)  # 1e400, 10**400: nonsense
+    reserved = number(document.get("reserved", 0.0), 0.0, MOST_USD)
+    if spent is None or reserved is None:
         return None, None
-    return day, usd
+    return day, spent + reserved
 
 
 def kept(
@@ -227,17 +249,21 @@ def kept(
     other record kept today (``budget.<name>``: replicas gone or still there)."""
 
     async def keep(app: web.Application) -> AsyncIterator[None]:
-        document = await store.load(key)
-        if document is not None:
-            if budget.restore(document):
-                log.info(
-                    "today's cloud spend read back from %s: %.4f USD (%.4f left)",
-                    store.where,
-                    budget.spent,
-                    budget.left(),
-                )
-            elif spend_of(document)[0] is None:
-                log.warning("ignoring the kept cloud spend in %s: not a spend record", store.where)
+        restored = False
+
+        def take(document: dict[str, Any]) -> bool:
+            nonlocal restored
+            restored = budget.restore(document)
+            return restored or spend_of(document)[0] is not None  # another day: nothing to take
+
+        await read_back(store, key, take, "the kept cloud spend")
+        if restored:
+            log.info(
+                "today's cloud spend read back from %s: %.4f USD (%.4f left)",
+                store.where,
+                budget.spent,
+                budget.left(),
+            )
         if others is not None:
             today = budget.mine()[0]
             for name, record in (await store.load_all("budget.")).items():

@@ -9,13 +9,13 @@ start takes: it is learned from nothing, and a start in that stage has no ETA at
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Final
 
 from backends.base import STAGES, Stage
+from backends.outside import number
 
 HISTORY = 20
 """Recent starts remembered; older ones have stopped saying much (images and models change)."""
@@ -150,9 +150,8 @@ def kept_seconds(value: object) -> list[float] | None:
         return None
     out = []
     for item in value[-HISTORY:]:
-        if isinstance(item, bool) or not isinstance(item, int | float) or not math.isfinite(item):
+        seconds = number(item, hi=MOST_KEPT)  # a 401-digit integer too: no float holds it
+        if seconds is None:
             return None
-        if item > MOST_KEPT:
-            return None
-        out.append(max(0.0, float(item)))
+        out.append(max(0.0, seconds))
     return out

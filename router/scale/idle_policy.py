@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from backends.outside import count, number
+
 FIRST_EDGE = 1.0
 """Seconds: the first bin starts here."""
 RATIO = 1.08
@@ -289,10 +291,12 @@ class IdlePolicy:
             if data.get("version") != VERSION or data.get("ratio") != RATIO:
                 return False
             counts = _bins(data["bins"])
-            gaps = int(data["gaps"])
         except (KeyError, TypeError, ValueError):
             return False
-        self.counts, self._unit, self.gaps = counts, 1.0, max(0, gaps)
+        gaps = count(data.get("gaps"))  # 1e400 or a 401-digit integer: no count
+        if gaps is None:
+            return False
+        self.counts, self._unit, self.gaps = counts, 1.0, gaps
         self._answers.clear()
         return True
 
@@ -317,12 +321,19 @@ class IdlePolicy:
         return out
 
 
+MOST_WEIGHT = 1e12
+"""A bin's kept weight at most (a count of gaps, decayed): more was not written by warmgate, and
+the cost sums over the bins must stay finite."""
+
+
 def _bins(data: Any) -> list[float]:
     counts = [0.0] * BINS
-    for key, value in dict(data).items():
-        i, weight = int(key), float(value)
-        if not (0 <= i < BINS) or not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"bad bin {key!r}")
+    if not isinstance(data, dict):
+        raise TypeError("bins: expected an object")
+    for key, value in data.items():
+        i, weight = int(key), number(value, 0.0, MOST_WEIGHT)
+        if not (0 <= i < BINS) or weight is None:
+            raise ValueError("bad bin")
         counts[i] = weight
     return counts
 

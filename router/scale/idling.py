@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from router.config import Economics, Scaling
 from router.config.windows import Window
 from router.scale.idle_policy import Ask, IdlePolicy, Waits, Windows
+from router.scale.persist import read_back
 
 log = logging.getLogger("warmgate.state")
 
@@ -34,6 +35,8 @@ class Store(Protocol):
     def where(self) -> str: ...
 
     async def load(self, key: str) -> dict[str, Any] | None: ...
+
+    def name_of(self, key: str) -> str: ...
 
     async def save(self, key: str, document: Mapping[str, Any]) -> None: ...
 
@@ -156,9 +159,7 @@ class IdleRule:
         and keep it in ``store`` from now on, written through as it changes."""
         if self.policy is None:
             return
-        document = await store.load(IDLE_KEY)
-        if document is not None and not self.policy.load_json(document):
-            log.warning("ignoring the idle histogram in %s: unknown form", store.where)
+        await read_back(store, IDLE_KEY, self.policy.load_json, "the idle histogram")
         self._store = store
 
     def _save_soon(self) -> None:

@@ -14,7 +14,7 @@ from router.config import Economics, Scaling
 from router.scale.eta import ColdStarts
 from router.scale.idle_policy import Windows
 from router.scale.idling import IdleRule
-from router.scale.persist import Writer
+from router.scale.persist import Writer, read_back
 from router.scale.state import Phase, TargetState
 from router.scale.wakes import Wakes
 
@@ -101,18 +101,14 @@ class Learned:
         store = self.store
         if store is None:
             return
-        document = await store.load(LEARNED)
-        if document is not None:
-            if self.cold_starts.restore(document):
-                log.info(
-                    "%s: %d cold starts remembered from %s (ETA %.1fs)",
-                    self.name,
-                    len(self.cold_starts.history),
-                    store.where,
-                    self.cold_starts.predicted(),
-                )
-            else:
-                log.warning("%s: ignoring cold starts in %s: unknown form", self.name, store.where)
+        if await read_back(store, LEARNED, self.cold_starts.restore, "cold starts", self.name):
+            log.info(
+                "%s: %d cold starts remembered from %s (ETA %.1fs)",
+                self.name,
+                len(self.cold_starts.history),
+                store.where,
+                self.cold_starts.predicted(),
+            )
         self._kept = Writer(store, LEARNED)
         self._kept_wakes = await restore_wakes(self.name, self.wakes, store)
         await self.idling.restore(store)
@@ -128,16 +124,12 @@ class Learned:
 async def restore_wakes(name: str, wakes: Wakes, store: StateStore) -> Writer:
     """Read back the wakes learned before a restart (a bad document: a warning, relearned);
     the writer that keeps them from now on."""
-    document = await store.load(WAKES)
-    if document is not None:
-        if wakes.load(document):
-            log.info(
-                "%s: %d wakes remembered from %s (a wake takes %.1fs)",
-                name,
-                len(wakes.history),
-                store.where,
-                wakes.predicted(),
-            )
-        else:
-            log.warning("%s: ignoring wakes in %s: unknown form", name, store.where)
+    if await read_back(store, WAKES, wakes.load, "wakes", name):
+        log.info(
+            "%s: %d wakes remembered from %s (a wake takes %.1fs)",
+            name,
+            len(wakes.history),
+            store.where,
+            wakes.predicted(),
+        )
     return Writer(store, WAKES)

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import StateStore
-from router.scale.persist import Writer
+from backends.base import STAGES, StateStore
+from backends.outside import count, number
+from router.scale.persist import Writer, read_back
 from router.scale.state import Phase, TargetState
 
 log = logging.getLogger("warmgate.lifecycle")
@@ -211,33 +212,23 @@ class Timeline:
         return {"v": 1, "until": round(self.now(), 1), **self.to_json()}
 
     def restore(self, document: Mapping[str, Any]) -> bool:
-        """Take the strip a previous run kept (before anything recorded here); ``False`` for
-        nonsense. The time from its last write until now reads ``unknown``."""
-        try:
-            until = float(document["until"])
-            segments = [(float(at), str(label)) for at, label in document["segments"]]
-            marks = [
-                Mark(
-                    float(m["at"]),
-                    str(m["kind"]),
-                    int(m["held"]),
-                    None if m.get("seconds") is None else float(m["seconds"]),
-                )
-                for m in document.get("marks", [])
-            ]
-        except (KeyError, TypeError, ValueError):
-            return False
-        if document.get("v") != 1 or any(family(label) not in LABELS for _, label in segments):
-            return False
+        """Take the strip a previous run kept (before anything recorded here); ``False`` (and
+        nothing taken) for a document of another form or with a value out of range. Clamped to
+        now: what a clock ahead of this one wrote (a segment, a mark, its ``until``) is not
+        drawn in the future. The time from its last write until now reads ``unknown``."""
         now = self.now()
+        taken = _taken(document, now)
+        if taken is None:
+            return False
+        until, segments, marks = taken
         mine = list(self.segments)
         self.segments.clear()
         for at, label in sorted(segments):
             if at <= now:
                 self.segments.append((at, label))
         if self.segments and until < now:
-            self._add(min(until, now), UNKNOWN)
-        self.marks.extendleft(reversed([m for m in marks if m.at <= now]))
+            self._add(until, UNKNOWN)
+        self.marks.extendleft(reversed([m for m in sorted(marks, key=_at) if m.at <= now]))
         for at, label in mine:
             self._add(max(at, until), label)
         self._prune(now)
@@ -249,19 +240,15 @@ class Timeline:
         store = self.store
         if store is None:
             return
-        document = await store.load(KEY)
-        if document is not None:
-            if self.restore(document):
-                log.info(
-                    "%s: the timeline since %s remembered from %s",
-                    self.name,
-                    time.strftime("%H:%M:%S", time.gmtime(self.segments[0][0]))
-                    if self.segments
-                    else "-",
-                    store.where,
-                )
-            else:
-                log.warning("%s: ignoring the timeline in %s: unknown form", self.name, store.where)
+        if await read_back(store, KEY, self.restore, "the timeline", self.name):
+            log.info(
+                "%s: the timeline since %s remembered from %s",
+                self.name,
+                time.strftime("%H:%M:%S", time.gmtime(self.segments[0][0]))
+                if self.segments
+                else "-",
+                store.where,
+            )
         self._writer = Writer(store, KEY)
         self._keep(self.now(), force=True)
 
@@ -280,3 +267,50 @@ class Timeline:
             self._keep(self.now(), force=True)
             await self._writer.close()
             self._writer = None
+
+
+_KINDS = ("cold start", "wake")
+_STARTING = frozenset(f"starting:{stage}" for stage in (*STAGES, "waking"))
+
+
+def _label(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return value if value in LABELS or value in _STARTING else None
+
+
+def _at(mark: Mark) -> float:
+    return mark.at
+
+
+def _taken(
+    document: Mapping[str, Any], now: float
+) -> tuple[float, list[tuple[float, str]], list[Mark]] | None:
+    """(until, segments, marks) of a kept strip, each number through :mod:`backends.outside`
+    (wall-clock times after 1970 and not after ``now``; the kept ``until`` clamped to now);
+    ``None`` for anything else."""
+    if count(document.get("v")) != 1:
+        return None
+    until = number(document.get("until"), 0.0)
+    raw_segments, raw_marks = document.get("segments"), document.get("marks", [])
+    if until is None or not isinstance(raw_segments, list) or not isinstance(raw_marks, list):
+        return None
+    segments = []
+    for item in raw_segments:
+        if not isinstance(item, list) or len(item) != 2:
+            return None
+        at, label = number(item[0], 0.0), _label(item[1])
+        if at is None or label is None:
+            return None
+        segments.append((at, label))
+    marks = []
+    for item in raw_marks:
+        if not isinstance(item, dict) or item.get("kind") not in _KINDS:
+            return None
+        at, held = number(item.get("at"), 0.0), count(item.get("held"))
+        seconds = item.get("seconds")
+        waited = None if seconds is None else number(seconds, 0.0, WINDOW)
+        if at is None or held is None or (seconds is not None and waited is None):
+            return None
+        marks.append(Mark(at, str(item["kind"]), held, waited))
+    return min(until, now), segments, marks

@@ -28,7 +28,7 @@ from backends.units import parse_duration
 from router.config import Config
 from router.scale.eta import ColdStarts
 from router.scale.learned import LEARNED, WAKES
-from router.scale.persist import FileStore, decode
+from router.scale.persist import FileStore, read_document
 from router.scale.wakes import Wakes
 
 _RANGE = re.compile(r"^\s*([^.\s]+)\s*\.\.\s*([^.\s]+)\s*$")
@@ -193,6 +193,9 @@ class MemoryStore:
     def where(self) -> str:
         return "the replay's memory"
 
+    def name_of(self, key: str) -> str:
+        return f"{key} in the replay's memory"
+
     async def load(self, key: str) -> dict[str, Any] | None:
         document = self.documents.get(key)
         return None if document is None else dict(document)
@@ -248,11 +251,7 @@ def _measured(
         return out
     for name in config.targets:
         path = FileStore(directory, f"{name}.").path(key)
-        try:
-            raw = path.read_bytes()
-        except OSError:
-            continue
-        document = decode(raw, str(path))
+        document = read_document(path)  # a FIFO or a 1 GiB file there: refused, not read
         seen = [] if document is None else read(document)
         if seen:
             out[name] = Measured(Duration(min(seen), max(seen)), len(seen), str(path))

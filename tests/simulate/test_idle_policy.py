@@ -90,6 +90,9 @@ class MemoryStore:
     async def load(self, key: str) -> dict[str, Any] | None:
         return self.documents.get(key)
 
+    def name_of(self, key: str) -> str:
+        return f"{key} in memory"
+
     async def save(self, key: str, document: Mapping[str, Any]) -> None:
         self.documents[key] = dict(document)
 
@@ -282,3 +285,25 @@ def test_bad_park_after_auto_names_its_key(target: dict[str, Any], words: str) -
     with pytest.raises(ConfigError) as caught:
         parse_config(data, "w.yaml")
     assert "targets.t.scaling.park_after" in str(caught.value) and words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        {"gaps": float("inf")},  # what json.loads makes of 1e400
+        {"gaps": 10**400},
+        {"gaps": True},
+        {"gaps": -3},
+        {"bins": {"3": 10**400}},
+        {"bins": {"3": float("nan")}},
+        {"bins": [1, 2]},
+    ],
+)
+def test_a_kept_histogram_out_of_range_is_refused(kept: dict[str, Any]) -> None:
+    policy = IdlePolicy((120.0, 3600.0), GPU, WAIT)
+    for _ in range(MIN_GAPS):
+        policy.observe(300.0)
+    document = {**policy.to_json(), **kept}
+    before = policy.to_json()
+    assert policy.load_json(document) is False
+    assert policy.to_json() == before, "a refused document changes nothing"

@@ -1,0 +1,74 @@
+"""State documents as every store keeps them: one JSON object, at most :data:`MAX_DOCUMENT`
+bytes, encoded and decoded here only (a file under ``state_dir``, a Deployment's annotation and
+a ConfigMap's key alike).
+
+What a store reads back came from outside (whoever can write ``state_dir`` or annotate the
+Deployment wrote it too): :func:`decode` refuses it whole, with one warning that names it and
+says why in one line, when it is too large, not JSON or nested too deep. Its values are each
+reader's to check (NaN, infinities, 1e400, huge integers, bools: :mod:`backends.outside`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from backends.outside import one_line
+
+log = logging.getLogger("warmgate.state")
+
+MAX_DOCUMENT: Final = 1024 * 1024
+"""Bytes a state document may have, at most (1 MiB). The largest warmgate writes is a target's
+day (``timeline``: at most 1,500 changes and 500 marks, about 100 kB); 1 MiB is also what the
+API server keeps in one ConfigMap. A larger one was not written by warmgate: it is not read (a
+1 GiB file would cost its size and more in memory at every start)."""
+
+
+class Refused(ValueError):
+    """A document that is not one warmgate wrote; its message is the why."""
+
+
+class Unreadable(Refused):
+    """Not JSON at all (or not UTF-8): damaged, or never a document."""
+
+
+def parse(raw: str | bytes) -> dict[str, Any]:
+    """``raw`` as a JSON object; :class:`Refused` with the why otherwise."""
+    if len(raw) > MAX_DOCUMENT:
+        raise Refused(f"larger than {MAX_DOCUMENT} bytes")
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")  # a lone surrogate is then invalid UTF-8
+        if len(raw) > MAX_DOCUMENT:
+            raise Refused(f"larger than {MAX_DOCUMENT} bytes")
+    try:
+        document = json.loads(raw)
+    except RecursionError:
+        raise Refused("nested too deep") from None
+    except ValueError as exc:  # JSON, UTF-8, or an integer of more digits than int() takes
+        raise Unreadable(str(exc)) from None
+    if not isinstance(document, dict):
+        raise Refused("expected a JSON object")
+    return document
+
+
+def decode(raw: str | bytes, where: str) -> dict[str, Any] | None:
+    """A stored document, or ``None`` (with one warning naming ``where``) when :func:`parse`
+    refuses it: relearned, never a failed start."""
+    try:
+        return parse(raw)
+    except Refused as exc:
+        refused(where, str(exc), unreadable=isinstance(exc, Unreadable))
+        return None
+
+
+def refused(where: str, why: str, *, unreadable: bool = False) -> None:
+    """The one warning of a document ignored: which one and why, each one line."""
+    kind = "unreadable state" if unreadable else "state"
+    log.warning("ignoring %s %s: %s", kind, one_line(where), one_line(why))
+
+
+def encode(document: Mapping[str, Any]) -> str:
+    """Compact and sorted; a non-finite number is a ``ValueError`` (it would not read back)."""
+    return json.dumps(document, separators=(",", ":"), sort_keys=True, allow_nan=False)
