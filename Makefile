@@ -48,10 +48,13 @@ faults: install kube-bins
 # fuzzed against h11 (tests/http/test_framer_fuzz.py, tests/http/test_request_fuzz.py), and the
 # path normalization's property (tests/test_paths.py): 100,000 examples each, where make test
 # runs 300 (2,000 for the paths); prints how many ran and how long they took. Then a hostile
-# state_dir (tests/scale/test_state_fuzz.py): 10,000 examples, where make test runs 300.
+# state_dir (tests/scale/test_state_fuzz.py): 10,000 examples, where make test runs 300; and a
+# hostile engine (tests/test_hostile_engine.py: over the wire, each engine kind, and through the
+# lifecycle): 10,000 examples each, where make test runs 200.
 fuzz: install
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=3 tests/http/test_framer_fuzz.py tests/http/test_request_fuzz.py tests/test_paths.py -k "h11 or prefix"
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=1 tests/scale/test_state_fuzz.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=0 --durations=5 tests/test_hostile_engine.py
 
 # The suite above runs on the newest aiohttp pip resolves (pyproject: >=3.12.14,<4); this runs the
 # HTTP-facing tests again on the floor, installed apart (.aiohttp-floor, first on the path), since

@@ -154,6 +154,15 @@ def serve_hostile(test: Callable[[Served], None]) -> None:
         loop.close()
 
 
+KNOWN = [
+    Answer(200, b'{"queue_size": ' + b"9" * 401 + b', "exec_info": {"queue_remaining": 1e400}}'),
+    Answer(200, b'{"queue_size": NaN, "exec_info": {"queue_remaining": -Infinity}}'),
+    Answer(200, b'{"queue_size": true, "exec_info": {"queue_remaining": 2.5}}'),
+    Answer(503, b'{"stage": "failed", "error": "a\\r\\nb\\u001b\\ud800' + b"x" * 200_000 + b'"}'),
+    Answer(503, b'{"stage": "loading", "progress": 1e400}'),
+]
+"""Answers the held-out probes sent, asked of every engine before the random ones."""
+
 ENGINE_PATHS = {
     "comfyui": ["/api/readyz", "/readyz", "/prompt", "/api/prompt", "/queue", "/system_stats"],
     "gradio": ["/config", "/gradio_api/queue/status", "/queue/status", "/readyz"],
@@ -197,6 +206,9 @@ def test_an_engines_random_answers_never_raise_and_numbers_stay_in_bounds(kind: 
             RAN[kind] = RAN.get(kind, 0) + 1
 
         try:
+            for known in KNOWN:  # what the held-out probes sent, every run
+                served.hostile.answers = dict.fromkeys(ENGINE_PATHS[kind], known)
+                served.loop.run_until_complete(_poll(engine, served.url, queue, clock[0]))
             example()
         finally:
             served.loop.run_until_complete(engine.close())
