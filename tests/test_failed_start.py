@@ -40,12 +40,8 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 """
 
 
-async def test_a_readyz_that_says_failed_fails_held_requests_with_its_reason(
-    tmp_path: Path,
-) -> None:
-    script = tmp_path / "engine.py"
-    script.write_text(ENGINE)
-    spec = {
+def failing_engine(script: Path) -> dict[str, object]:
+    return {
         "engine": "comfyui",
         "routes": [{"path_prefix": "/comfy", "strip_prefix": True}],
         "backend": {"kind": "process", "command": [sys.executable, str(script), "{port}"]},
@@ -53,6 +49,14 @@ async def test_a_readyz_that_says_failed_fails_held_requests_with_its_reason(
         # a start that waited for its timeout would hang the test: it fails at once instead
         "scaling": {"cold_start_timeout": "10m", "failure_backoff": "10m"},
     }
+
+
+async def test_a_readyz_that_says_failed_fails_held_requests_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "engine.py"
+    script.write_text(ENGINE)
+    spec = failing_engine(script)
     async with warmgate(one_target("comfy", spec)) as wg, aiohttp.ClientSession() as client:
         runtime = wg.runtime("comfy")
         async with client.post(wg.url + "/comfy/prompt", json={"prompt": {}}) as resp:
@@ -93,13 +97,7 @@ async def test_an_engines_hostile_failure_reaches_pages_json_logs_as_one_bounded
     answer works, each carries it as one line of ERROR_CHARS, and no log record carries it raw."""
     script = tmp_path / "engine.py"
     script.write_text(ENGINE.replace(repr(REASON), repr(HOSTILE)))
-    spec = {
-        "engine": "comfyui",
-        "routes": [{"path_prefix": "/comfy", "strip_prefix": True}],
-        "backend": {"kind": "process", "command": [sys.executable, str(script), "{port}"]},
-        "readiness": {"path": "/readyz", "interval": "50ms"},
-        "scaling": {"cold_start_timeout": "10m", "failure_backoff": "10m"},
-    }
+    spec = failing_engine(script)
     caplog.set_level(logging.INFO)
     async with warmgate(one_target("comfy", spec)) as wg, aiohttp.ClientSession() as client:
         async with client.post(wg.url + "/comfy/prompt", json={"prompt": {}}) as resp:

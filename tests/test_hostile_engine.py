@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.base import StartFailed, load_progress
@@ -39,17 +38,11 @@ from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.simulate.clock import VirtualLoop
 from tests.fakes import FakeBackend, FakeEngine
+from tests.fuzzing import FUZZ, examples
 from tests.helpers import free_port
 
-FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
 EXAMPLES = 10_000 if FUZZ else 200
-SETTINGS = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize=not FUZZ,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SETTINGS = examples(200, 10_000)
 RAN: dict[str, int] = {}
 """Examples run, by property (printed at the end of each test)."""
 

@@ -18,34 +18,19 @@ profile (``HYPOTHESIS_PROFILE=fuzz``, 100,000 examples), and prints how many ran
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
 import h11
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from router.http.h1.framer import MAX_HEAD, Data, End, FramingError, Head, Informational
 from router.http.h1.framer import ResponseFramer as Framer
+from tests.fuzzing import examples
 from tests.http.responses import STRICTER, Case, cases
 
-settings.register_profile(
-    "fast",
-    max_examples=300,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "fuzz",
-    max_examples=100_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+PROFILE = examples(300, 100_000)
 
 EXAMPLES: dict[str, int] = {}
 """Examples run, by kind (tests/http/conftest.py prints them)."""

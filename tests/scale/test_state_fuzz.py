@@ -25,7 +25,7 @@ from typing import Any
 
 import looptime
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.documents import MAX_DOCUMENT
@@ -40,25 +40,10 @@ from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.scale.wakes import Wakes
 from tests.fakes import FakeBackend, FakeEngine
+from tests.fuzzing import FUZZ, examples
 from tests.rig import Rig
 
-settings.register_profile(
-    "state-fast",
-    max_examples=300,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "state-fuzz",
-    max_examples=10_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
-PROFILE = settings.get_profile("state-fuzz" if FUZZ else "state-fast")
+PROFILE = examples(300, 10_000)
 RAN = {"examples": 0, "refused": 0}
 """Examples run and documents refused with a warning (tests/scale/conftest.py prints them)."""
 
