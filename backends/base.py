@@ -35,6 +35,10 @@ class Rollout:
     """The cluster has seen the declared template (``observedGeneration``) and every pod asked
     for runs it, ready."""
 
+    def __post_init__(self) -> None:  # image names as the cluster says them: one bounded line
+        object.__setattr__(self, "declared", one_line(self.declared))
+        object.__setattr__(self, "running", one_line(self.running))
+
 
 @dataclass(frozen=True, slots=True)
 class Observation:

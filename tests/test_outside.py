@@ -8,6 +8,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
+from backends.base import Observation, Rollout, StartFailed
 from backends.outside import ERROR_CHARS, count, number, one_line
 
 
@@ -47,3 +48,23 @@ def test_numbers_from_outside_are_finite_in_bounds_and_never_bools() -> None:
     assert count(-1) is None
     assert count(10**400) is None
     assert count(False) is None
+
+
+def test_what_a_backend_reports_enters_through_the_door() -> None:
+    """Observation, Rollout and StartFailed: what a backend or an engine reports reaches the
+    router as one bounded line, a progress only within 0..1."""
+    hostile = "image:v1\r\n2026 ERROR forged\x1b[2J\x00\ud800" + "x" * 10_000
+    seen = Observation(
+        failure=hostile,
+        degraded=hostile,
+        stage_message=hostile,
+        failure_reason=hostile,
+        progress=10**400,
+    )
+    for text in (seen.failure, seen.degraded, seen.stage_message, seen.failure_reason):
+        assert text is not None and text == one_line(text) and len(text) <= ERROR_CHARS
+    assert seen.progress is None
+    assert Observation(progress=0.5).progress == 0.5
+    rollout = Rollout(hostile, hostile, 1, 1, 1, True)
+    assert rollout.declared == one_line(hostile) and rollout.running == one_line(hostile)
+    assert str(StartFailed(hostile)) == one_line(hostile)
