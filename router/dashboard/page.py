@@ -97,6 +97,16 @@ def _gaps(n: int) -> str:
     return "1 gap" if n == 1 else f"{n} gaps"
 
 
+def _idle_of(t: Json, now: float) -> str:
+    """How long the target has been idle, of the ``idle_after`` that releases it (the setting
+    is not the idle time: idle 13 s of 10 minutes)."""
+    idle = t["idle_since"]
+    if idle is None:
+        return f"once idle for {idle_after(t)}"
+    elapsed = f'<span class="elapsed" data-epoch="{idle}">{span(now - idle)}</span>'
+    return f"idle for {elapsed} of idle_after {idle_after(t)}"
+
+
 def _next(t: Json, now: float) -> tuple[str, str]:
     if t["always_on"]:
         return "Release", "never (always on)"
@@ -105,7 +115,7 @@ def _next(t: Json, now: float) -> tuple[str, str]:
             f"{countdown(t['release_at'], now)})" if t["release_at"] is not None else "-)"
         )
     if t["release_at"] is not None:
-        return "Release", (f"in {countdown(t['release_at'], now)} (idle for {idle_after(t)})")
+        return "Release", f"in {countdown(t['release_at'], now)} ({_idle_of(t, now)})"
     if t["retry_at"] is not None:
         return "Next try", f"in {countdown(t['retry_at'], now)}"
     if t["park_at"] is not None:
@@ -322,12 +332,17 @@ def replicas_section(r: Json, now: float) -> str:
     )  # fmt: skip
 
 
+def _moved(ev: Json) -> bool:
+    """The event changed the phase (a wake begins in ``parked`` and stays there until ready)."""
+    return bool(ev["from"]) and ev["from"] != ev["phase"]
+
+
 def events_section(events: list[Json]) -> str:
     items = "".join(
         f'<li class="ev {e(ev["kind"])}"><time datetime="{e(_iso(ev["at"]))}" '
         f'data-epoch="{ev["at"]}">{clock(ev["at"])}</time> '
         f"<b>{e(ev['target'] or 'warmgate')}</b> {e(ev['kind'])}"
-        + (f" ({e(ev['from'])} → {e(ev['phase'])})" if ev["from"] else "")
+        + (f" ({e(ev['from'])} → {e(ev['phase'])})" if _moved(ev) else "")
         + f' <span class="muted">{e(ev["reason"])}</span></li>'
         for ev in events
     )
