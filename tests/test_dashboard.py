@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from router.config import parse_config
-from router.dashboard.page import events_section, idle_after, target_card
+from router.dashboard.page import day_section, events_section, idle_after, target_card
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate
@@ -188,6 +188,26 @@ async def test_the_release_countdown_says_the_idle_time_and_a_wake_no_phase_chan
         r"<[^>]+>", "", events_section([{**ready, "reason": "r"}, {**wake, "reason": "w"}])
     )
     assert "comfy wake w" in shown and "comfy ready (parked → ready) r" in shown
+
+
+async def test_the_cards_gpu_seconds_and_the_days_chart_count_the_same() -> None:
+    """The card counted no starting time while the chart did: 100 s against 0.07 h."""
+    async with (
+        warmgate(config()) as wg,
+        aiohttp.ClientSession() as session,
+        session.get(wg.admin + "/status") as response,
+    ):
+        view = await response.json()
+    sleepy = view["targets"]["sleepy"]
+    sleepy["gpu_hours_today"] = {"busy": 7 / 3600, "idle": 72 / 3600, "parked": 0.0,
+                                 "starting": 15 / 3600}  # fmt: skip
+    del view["targets"]["always"]
+    card = re.sub(r"<[^>]+>", "", target_card("sleepy", sleepy, view["now"], False))
+    assert "GPU-seconds today7 busy · 72 idle · 15 starting" in card, "not parked: no parked"
+    day = re.sub(r"<[^>]+>", "", day_section(view))
+    assert "GPU time today: 1m34s (0.03 GPU-hours)" in day, "7 + 72 + 15 s"
+    assert "1m34s: 7s busy · 1m12s idle · 15s starting" in day, "the row's values"
+    assert "busy idle (draining included) parked starting (and waking)" in day, "a legend"
 
 
 async def test_actions_with_the_token(token_dir: str) -> None:

@@ -143,11 +143,14 @@ def _starts(t: Json, now: float) -> str:
 
 
 def _gpu(t: Json) -> str:
-    gpu = t["gpu_seconds_today"]
-    parked = "-" if gpu["parked"] is None else f"{gpu['parked']:.0f}"
+    """The GPU-seconds of the day's strip, as the day's chart stacks them (the same totals):
+    busy, idle (draining included), parked, and starting (waking included)."""
+    gpu = charts.gpu_seconds(t["gpu_hours_today"])
+    parked = "" if t.get("parked") is None else f"{gpu['parked']:.0f} parked · "
     return (
         f'<span class="gpu-busy">{gpu["busy"]:.0f}</span> busy · '
-        f'<span class="gpu-idle">{gpu["idle"]:.0f}</span> idle · {parked} parked'
+        f'<span class="gpu-idle">{gpu["idle"]:.0f}</span> idle · {parked}'
+        f'<span class="gpu-starting">{gpu["starting"]:.0f}</span> starting'
     )
 
 
@@ -375,13 +378,16 @@ def day_section(v: Json) -> str:
         + "</div>"
         for name, p in (v.get("pools") or {}).items()
     )
-    hours = sum(sum(t["gpu_hours_today"].values()) for t in targets.values())
-    waits = sum(len(t["waits_today"]) for t in targets.values())
+    seconds = sum(sum(charts.gpu_seconds(t["gpu_hours_today"]).values()) for t in targets.values())
+    waits = sum(len(w) for w in charts.waits_by_kind(targets).values())
     return (
         '<section id="day"><h2>The day</h2>'
         f'<div class="card wide">{charts.legend()}{strips}{pools}</div>'
         '<div class="cards">'
-        f'<div class="card"><h3>GPU-hours today: {hours:.2f}</h3>'
+        f'<div class="card hours"><h3>GPU time today: {charts.duration(seconds)} '
+        f'<span class="muted">({seconds / 3600:.2f} GPU-hours)</span></h3>'
+        '<p class="muted">What each target held its GPU for since midnight UTC, from its strip: '
+        "the sum of its card's GPU-seconds.</p>"
         f"{charts.gpu_hours(targets)}</div>"
         f'<div class="card"><h3>Waits for a cold start or wake today: {waits}</h3>'
         f"{charts.waits_histogram(targets)}</div>"
