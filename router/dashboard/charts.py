@@ -313,6 +313,48 @@ def waits_histogram(targets: Mapping[str, Json]) -> str:
     )
 
 
+def day_section(v: Json) -> str:
+    """The day in pictures: each target's strip (24 h and the last hour), each pool's
+    occupancy, today's GPU-hours stacked and the waits requests met."""
+    now, targets = v["now"], v["targets"]
+    strips = "".join(
+        f'<div class="timeline" id="timeline-{e(name)}"><h3>{e(name)} '
+        f'<span class="phase">{e(t["phase"])}</span></h3>'
+        f"{strip(name, t['timeline'], now - t['timeline']['window'], now, 'day')}"
+        f'<details class="zoom" open><summary>last hour</summary>'
+        f"{strip(name, t['timeline'], now - 3600, now, 'hour')}</details></div>"
+        for name, t in targets.items()
+    )
+    pools = "".join(
+        f'<div class="timeline pool-occupancy"><h3>pool {e(name)}: GPUs held '
+        f"({len(p['resident'])} of {p['capacity']} now)</h3>"
+        + occupancy(
+            name,
+            p["capacity"],
+            [targets[m]["timeline"] for m in p["members"] if m in targets],
+            now - 24 * 3600,
+            now,
+        )
+        + "</div>"
+        for name, p in (v.get("pools") or {}).items()
+    )
+    seconds = sum(sum(gpu_seconds(t["gpu_hours_today"]).values()) for t in targets.values())
+    waits = sum(len(w) for w in waits_by_kind(targets).values())
+    return (
+        '<section id="day"><h2>The day</h2>'
+        f'<div class="card wide">{legend()}{strips}{pools}</div>'
+        '<div class="cards">'
+        f'<div class="card hours"><h3>GPU time today: {duration(seconds)} '
+        f'<span class="muted">({seconds / 3600:.2f} GPU-hours)</span></h3>'
+        '<p class="muted">What each target held its GPU for since midnight UTC, from its strip: '
+        "the sum of its card's GPU-seconds.</p>"
+        f"{gpu_hours(targets)}</div>"
+        f'<div class="card"><h3>Waits for a cold start or wake today: {waits}</h3>'
+        f"{waits_histogram(targets)}</div>"
+        "</div></section>"
+    )
+
+
 def spend(lines: Mapping[str, Sequence[Sequence[float]]], limit: float, since: float,
           until: float) -> str:  # fmt: skip
     """Each model's cloud spend over the day, cumulative, under the day's budget."""

@@ -353,53 +353,11 @@ def events_section(events: list[Json]) -> str:
     return f'<section id="events"><h2>Events</h2>{empty}<ol class="events">{items}</ol></section>'
 
 
-def day_section(v: Json) -> str:
-    """The day in pictures: each target's strip (24 h and the last hour), each pool's
-    occupancy, today's GPU-hours stacked and the waits requests met."""
-    now, targets = v["now"], v["targets"]
-    strips = "".join(
-        f'<div class="timeline" id="timeline-{e(name)}"><h3>{e(name)} '
-        f'<span class="phase">{e(t["phase"])}</span></h3>'
-        f"{charts.strip(name, t['timeline'], now - t['timeline']['window'], now, 'day')}"
-        f'<details class="zoom" open><summary>last hour</summary>'
-        f"{charts.strip(name, t['timeline'], now - 3600, now, 'hour')}</details></div>"
-        for name, t in targets.items()
-    )
-    pools = "".join(
-        f'<div class="timeline pool-occupancy"><h3>pool {e(name)}: GPUs held '
-        f"({len(p['resident'])} of {p['capacity']} now)</h3>"
-        + charts.occupancy(
-            name,
-            p["capacity"],
-            [targets[m]["timeline"] for m in p["members"] if m in targets],
-            now - 24 * 3600,
-            now,
-        )
-        + "</div>"
-        for name, p in (v.get("pools") or {}).items()
-    )
-    seconds = sum(sum(charts.gpu_seconds(t["gpu_hours_today"]).values()) for t in targets.values())
-    waits = sum(len(w) for w in charts.waits_by_kind(targets).values())
-    return (
-        '<section id="day"><h2>The day</h2>'
-        f'<div class="card wide">{charts.legend()}{strips}{pools}</div>'
-        '<div class="cards">'
-        f'<div class="card hours"><h3>GPU time today: {charts.duration(seconds)} '
-        f'<span class="muted">({seconds / 3600:.2f} GPU-hours)</span></h3>'
-        '<p class="muted">What each target held its GPU for since midnight UTC, from its strip: '
-        "the sum of its card's GPU-seconds.</p>"
-        f"{charts.gpu_hours(targets)}</div>"
-        f'<div class="card"><h3>Waits for a cold start or wake today: {waits}</h3>'
-        f"{charts.waits_histogram(targets)}</div>"
-        "</div></section>"
-    )
-
-
 def fragment(v: Json) -> str:
     now = v["now"]
     cards = "".join(target_card(name, t, now, v["actions"]) for name, t in v["targets"].items())
     parts = [f'<section id="targets"><h2>Targets</h2><div class="cards">{cards}</div></section>']
-    parts.append(day_section(v))
+    parts.append(charts.day_section(v))
     if v.get("pools"):
         parts.append(pools_section(v["pools"]))
     if v["api"] is not None:
