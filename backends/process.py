@@ -249,15 +249,17 @@ class ProcessBackend:
             return
         if self._stopping:
             return
-        # Its last words may still be in the pipe; a grandchild holding the pipe open may not
-        # keep the failure waiting for long.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
+        # Its last words may still be in the pipe (the group is gone: it ends soon); the
+        # reason is read from them.
         await asyncio.wait([stderr], timeout=STDERR_WAIT)
+        if self._proc is not proc or self._stopping:  # stopped or replaced meanwhile
+            return
+        self._logged_exit = proc  # the stop that follows has nothing left to say
         tail = "".join(f"\n  | {line}" for line in self.stderr_tail)  # never a record of its own
         reason = exit_reason(code, self.stderr_tail)
         log.warning("[%s] %s; last output:%s", self.target, reason, tail or " (none)")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
-        self._logged_exit = proc  # the stop that follows has nothing left to say
         self._set(Observation(failure=reason, crashed=True))
 
     async def scale_down(self, deadline: float | None = None) -> None:
