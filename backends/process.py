@@ -14,10 +14,11 @@ import signal
 import socket
 import sys
 from collections import deque
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
 
 from backends.base import Observation, ObservationListener
+from backends.engines.common import engine_error
 from backends.outside import one_line
 from backends.specs import READY_PORT
 from backends.specs import ProcessBackend as ProcessSpec
@@ -32,6 +33,8 @@ MAX_LINE = 8 * 1024
 PYTHON = ("python", "python3")
 """The first word of a command (and the first after its ``--``) that means warmgate's own
 interpreter."""
+STDERR_WAIT = 1.0
+"""Seconds a child's exit waits for the rest of its stderr to be read, for its reason."""
 LISTEN_POLL = 0.1
 """Seconds between two looks at whether a starting child listens on its port yet: the stage
 turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
@@ -68,6 +71,15 @@ class OutputLines:
     @staticmethod
     def _text(piece: bytes) -> str:
         return one_line(piece.decode(errors="replace"), MAX_LINE)
+
+
+def exit_reason(code: int, stderr_tail: Iterable[str]) -> str:
+    """Why a child ended, in one bounded line: its exit code and what it last said on stderr,
+    the exception line of a Python traceback where it has one (``ModuleNotFoundError: No
+    module named 'torch'``, not the ``Traceback`` above it), else its last line. Pure."""
+    said = "\n".join(stderr_tail)
+    why = f"exited with code {code}"
+    return one_line(f"{why}: {engine_error(said)}") if said.strip() else why
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -186,14 +198,15 @@ class ProcessBackend:
             self._set(Observation(running=True, endpoints=(url,), stage="starting"))
             assert proc.stdout is not None and proc.stderr is not None
             self._spawn(self._pipe(proc.stdout, "out"))
-            self._spawn(self._pipe(proc.stderr, "err"))
-            self._spawn(self._watch(proc))
+            stderr = self._spawn(self._pipe(proc.stderr, "err"))
+            self._spawn(self._watch(proc, stderr))
             self._spawn(self._listening(proc, port if ready_port is None else ready_port))
 
-    def _spawn(self, coro: Coroutine[None, None, None]) -> None:
+    def _spawn(self, coro: Coroutine[None, None, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _pipe(self, stream: asyncio.StreamReader, name: str) -> None:
         """Log the child's output line by line, and never stop reading it: a child whose pipe
@@ -230,18 +243,23 @@ class ProcessBackend:
                 self._set(dataclasses.replace(observation, stage="loading"))
             return
 
-    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+    async def _watch(self, proc: asyncio.subprocess.Process, stderr: asyncio.Task[None]) -> None:
         code = await proc.wait()
         if self._proc is not proc:
             return
         if self._stopping:
             return
-        tail = "".join(f"\n  | {line}" for line in self.stderr_tail)  # never a record of its own
-        reason = f"exited with code {code}"
-        log.warning("[%s] %s; last output:%s", self.target, reason, tail or " (none)")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
+        # Its last words may still be in the pipe (the group is gone: it ends soon); the
+        # reason is read from them.
+        await asyncio.wait([stderr], timeout=STDERR_WAIT)
+        if self._proc is not proc or self._stopping:  # stopped or replaced meanwhile
+            return
         self._logged_exit = proc  # the stop that follows has nothing left to say
+        tail = "".join(f"\n  | {line}" for line in self.stderr_tail)  # never a record of its own
+        reason = exit_reason(code, self.stderr_tail)
+        log.warning("[%s] %s; last output:%s", self.target, reason, tail or " (none)")
         self._set(Observation(failure=reason, crashed=True))
 
     async def scale_down(self, deadline: float | None = None) -> None:

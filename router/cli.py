@@ -21,11 +21,26 @@ CLOSED_PIPE = 128 + 13
 """Exit status when the reader of our output went away (``| head -1``): a shell's SIGPIPE."""
 
 
-def _print_table(config: Config) -> None:
-    rows = [("HOSTS", "PATH PREFIX", "HEADERS", "TARGET", "BACKEND", "ENGINE")]
+def _routes(config: Config) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = [
+        ("HOSTS", "PATH PREFIX", "HEADERS", "TARGET", "BACKEND", "ENGINE")
+    ]
     for hosts, prefix, headers, target in RouteTable(config).describe():
         spec = config.targets[target]
         rows.append((hosts, prefix, headers, target, spec.backend.kind, spec.engine))
+    return rows
+
+
+def _models(config: Config) -> list[tuple[str, ...]]:
+    """The names on the OpenAI-compatible API, each with its placements in order of
+    preference (a local target, or ``<cloud>/<model>``)."""
+    rows: list[tuple[str, ...]] = [("MODEL", "KIND", "PLACEMENTS")]
+    for name, model in config.models.items():
+        rows.append((name, model.kind, ", ".join(p.label for p in model.placements)))
+    return rows
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(
@@ -46,7 +61,10 @@ def _check(args: argparse.Namespace, environment: Environment) -> int:
             f"(port {replicas.port}), leader Lease {replicas.namespace}/{replicas.lease}"
         )
     print()
-    _print_table(config)
+    _print_table(_routes(config))
+    if config.models:
+        print(f"\nOpenAI-compatible API (/v1): {len(config.models)} models")
+        _print_table(_models(config))
     return 0
 
 

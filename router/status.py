@@ -99,9 +99,15 @@ def _eta(t: dict[str, Any], now: float) -> str:
 
 
 def _gpu(t: dict[str, Any]) -> str:
-    gpu = t["gpu_seconds_today"]
-    total = gpu["busy"] + gpu["idle"] + (gpu.get("parked") or 0.0)
-    return f"{total:.0f} ({gpu['busy']:.0f} busy)" if total else "0"
+    """GPU-seconds today as the dashboard counts them (its strip: busy, idle, parked and
+    starting); a warmgate older than that: its counter's (no starting time)."""
+    hours = t.get("gpu_hours_today")
+    if isinstance(hours, dict):
+        gpu = {key: 3600 * float(value or 0.0) for key, value in hours.items()}
+    else:
+        gpu = {key: float(value or 0.0) for key, value in t["gpu_seconds_today"].items()}
+    total = sum(gpu.values())
+    return f"{total:.0f} ({gpu.get('busy', 0.0):.0f} busy)" if total else "0"
 
 
 def _ttft(ttft: dict[str, Any] | None) -> str:

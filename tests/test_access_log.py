@@ -67,6 +67,7 @@ async def test_the_api_access_log_follows_the_same_rule(
             assert resp.status == 200
     lines = [line for line in access_lines(caplog) if "/v1/chat/completions" in line]
     assert lines, access_lines(caplog)
+    assert lines[0].endswith("s"), "a line with no notes ends in its time, not a space"
     if log_query:
         assert "/v1/chat/completions?api_key=s3cr3t" in lines[0]
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +16,8 @@ import aiohttp
 import pytest
 
 from router.config import parse_config
-from router.dashboard.page import idle_after, target_card
+from router.dashboard.charts import day_section
+from router.dashboard.page import events_section, idle_after, target_card
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate
@@ -169,6 +171,46 @@ async def test_actions_are_refused_without_a_token_file() -> None:
         assert wg.runtime("sleepy").state.phase.value == "cold"
 
 
+async def test_the_release_countdown_says_the_idle_time_and_a_wake_no_phase_change() -> None:
+    async with (
+        warmgate(config()) as wg,
+        aiohttp.ClientSession() as session,
+        session.get(wg.admin + "/status") as response,
+    ):
+        sleepy_view = (await response.json())["targets"]["sleepy"]
+    now = 1_764_612_000.0
+    idle = {**sleepy_view, "phase": "ready", "idle_since": now - 13, "release_at": now + 587}
+    card = target_card("sleepy", idle, now, actions=False)
+    text = re.sub(r"<[^>]+>", "", card)
+    assert "Releasein 9m47s (idle for 13s of idle_after 10m00s)" in text
+    wake = {"at": now, "target": "comfy", "kind": "wake", "phase": "parked", "from": "parked"}
+    ready = {**wake, "kind": "ready", "phase": "ready"}
+    shown = re.sub(
+        r"<[^>]+>", "", events_section([{**ready, "reason": "r"}, {**wake, "reason": "w"}])
+    )
+    assert "comfy wake w" in shown and "comfy ready (parked → ready) r" in shown
+
+
+async def test_the_cards_gpu_seconds_and_the_days_chart_count_the_same() -> None:
+    """The card counted no starting time while the chart did: 100 s against 0.07 h."""
+    async with (
+        warmgate(config()) as wg,
+        aiohttp.ClientSession() as session,
+        session.get(wg.admin + "/status") as response,
+    ):
+        view = await response.json()
+    sleepy = view["targets"]["sleepy"]
+    sleepy["gpu_hours_today"] = {"busy": 7 / 3600, "idle": 72 / 3600, "parked": 0.0,
+                                 "starting": 15 / 3600}  # fmt: skip
+    del view["targets"]["always"]
+    card = re.sub(r"<[^>]+>", "", target_card("sleepy", sleepy, view["now"], False))
+    assert "GPU-seconds today7 busy · 72 idle · 15 starting" in card, "not parked: no parked"
+    day = re.sub(r"<[^>]+>", "", day_section(view))
+    assert "GPU time today: 1m34s (0.03 GPU-hours)" in day, "7 + 72 + 15 s"
+    assert "1m34s: 7s busy · 1m12s idle · 15s starting" in day, "the row's values"
+    assert "busy idle (draining included) parked starting (and waking)" in day, "a legend"
+
+
 async def test_actions_with_the_token(token_dir: str) -> None:
     data = config("admin-token", load=0.3)
     async with warmgate(data, token_dir) as wg, aiohttp.ClientSession() as session:
@@ -215,6 +257,8 @@ async def test_actions_with_the_token(token_dir: str) -> None:
             view = await response.json()
         kinds = [e["kind"] for e in view["events"]]
         assert kinds[:3] == ["release", "drain", "release asked"] and "wake asked" in kinds
+        asked = view["events"][2]["reason"]
+        assert asked == "through the admin API: released as idle: it drains and stops now"
         assert view["actions"] is True
 
 

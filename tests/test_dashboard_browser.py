@@ -91,6 +91,9 @@ async def test_wake_with_the_token_and_refused_without(tmp_path: Path) -> None:
         assert await page.locator("#notice").text_content() == "wake sleepy: starting"
         await page.wait_for_selector(card("sleepy", "ready"), timeout=15_000)
         assert await page.evaluate("sessionStorage.getItem('warmgate-admin-token')") == TOKEN
+        asked = page.locator("ol.events li.ev:has-text('wake asked')")
+        assert await asked.count() == 1
+        assert "from the dashboard: starting" in (await asked.text_content() or "")
         # Once given, it is used without asking again.
         await page.click('#target-sleepy button[data-action="park"]')
         await page.wait_for_function(

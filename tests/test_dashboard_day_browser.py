@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import time
 from pathlib import Path
@@ -306,3 +307,47 @@ async def test_a_recorded_day_is_drawn_after_a_restart(
         copy = os.environ.get("WARMGATE_DASHBOARD_PNG")
         if copy:
             shutil.copyfile(out, ROOT / copy)
+
+
+SMALL_TEXT = """() => {
+    const small = [];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const el = node.parentElement;
+        const text = node.textContent.trim();
+        if (!text || !el || el.closest("title, script, style, noscript")) continue;
+        if (!el.getClientRects().length) continue;  // not drawn (hidden, a closed details)
+        let size = parseFloat(getComputedStyle(el).fontSize);
+        if (el instanceof SVGElement) size *= el.getScreenCTM().a;  // scaled with its drawing
+        if (size < 10) small.push(size.toFixed(1) + "px " + el.tagName + ": " + text.slice(0, 30));
+    }
+    return small;
+}"""
+
+TICKS = """() => [...document.querySelectorAll(".ticks span")].map(span => {
+    const box = span.parentElement.getBoundingClientRect(), r = span.getBoundingClientRect();
+    return {text: span.textContent, inside: r.left >= box.left - 0.5 && r.right <= box.right + 0.5};
+})"""
+
+
+async def test_on_a_phone_every_word_is_at_least_10px_and_no_clock_is_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, CLOUD_KEY)
+    now, rng = time.time(), random.Random(31)
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in TARGETS:
+        (state / f"{name}.{KEY}.json").write_text(json.dumps(day_of(name, now, rng)))
+    (state / "budget.json").write_text(json.dumps(spend_of_day(now, rng)))
+    async with warmgate(day_config(tmp_path)) as wg, chromium(390, 844) as page:
+        for width in (390, 1280):
+            await page.set_viewport_size({"width": width, "height": 844})
+            await page.goto(wg.admin + "/")
+            await page.wait_for_selector("#live.on")
+            assert await page.evaluate(SMALL_TEXT) == [], f"at {width} px"
+            ticks = await page.evaluate(TICKS)
+            assert len(ticks) > 4 * 14, "each strip (day and hour), the pool's, the spend's"
+            assert all(re.fullmatch(r"\d\d:\d\d", t["text"]) for t in ticks)
+            assert [t for t in ticks if not t["inside"]] == [], f"at {width} px"
+            await page.screenshot(path=str(tmp_path / f"day-{width}.png"), full_page=True)

@@ -16,7 +16,7 @@ import pytest
 
 from backends.outside import ERROR_CHARS
 from router.scale.state import Phase
-from tests.helpers import metric_value, one_target, warmgate
+from tests.helpers import metric_value, one_target, wait_until, warmgate
 
 REASON = (
     "does-not-exist.safetensors: FileNotFoundError: Model in folder 'checkpoints' with "
@@ -71,7 +71,9 @@ async def test_a_readyz_that_says_failed_fails_held_requests_with_its_reason(
         assert status["phase"] == "failed" and REASON in str(status["failure"])
         async with client.get(wg.url + "/comfy/", headers=PAGE) as resp:
             page = await resp.text()
-        assert "failed to start" in page and "FileNotFoundError" in page.split("<script>")[0]
+        shown = page.split("<script>")[0]
+        assert "failed to start" in shown and "FileNotFoundError" in shown
+        assert "not found. warmgate tries again in " in shown, "one full stop, not two"
         async with client.get(wg.admin + "/targets") as resp:
             listed = str(await resp.json())
         assert REASON in listed
@@ -126,3 +128,53 @@ async def test_an_engines_hostile_failure_reaches_pages_json_logs_as_one_bounded
     for line in said:
         assert not set(line) & set("\r\x1b\x00\ud800"), line[:200]
         assert "\n2026-12-05" not in line and len(line) < 2 * ERROR_CHARS + 200
+
+
+FAILS_ONCE = """
+import pathlib, sys
+from aiohttp import web
+
+tried = pathlib.Path(sys.argv[2])
+if not tried.exists():
+    tried.touch()
+    sys.exit("RuntimeError: CUDA error: out of memory")
+
+async def readyz(request):
+    return web.json_response({"stage": "loading", "progress": 0.5}, status=503)
+
+app = web.Application()
+app.router.add_get("/readyz", readyz)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+async def test_the_waiting_page_of_a_start_tried_again_after_a_failure_says_so(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "engine.py"
+    script.write_text(FAILS_ONCE)
+    spec = {
+        "routes": [{"path_prefix": "/"}],
+        "backend": {
+            "kind": "process",
+            "command": [sys.executable, str(script), "{port}", str(tmp_path / "tried")],
+        },
+        "readiness": {"path": "/readyz", "interval": "50ms"},
+        "scaling": {"cold_start_timeout": "10m", "failure_backoff": "200ms"},
+    }
+    async with warmgate(one_target("t", spec)) as wg, aiohttp.ClientSession() as client:
+        runtime = wg.runtime("t")
+        async with client.get(wg.url + "/", headers={"Accept": "application/json"}) as resp:
+            assert resp.status == 503
+        assert runtime.state.phase is Phase.FAILED
+        await wait_until(lambda: runtime.loop.time() > runtime.state.retry_at)
+        async with client.get(wg.url + "/", headers=PAGE) as resp:
+            assert resp.status == 503  # the start is tried again
+        await wait_until(lambda: runtime.state.phase is Phase.STARTING)
+        async with client.get(wg.url + "/.warmgate/status/t") as resp:
+            status = await resp.json()
+        assert status["retrying"] is True and status["phase"] == "starting"
+        async with client.get(wg.url + "/", headers=PAGE) as resp:
+            shown = (await resp.text()).split("<script>")[0]
+        assert "last start failed; warmgate is starting it again" in shown
+        assert "asleep" not in shown

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from router.cli import main
 from router.config import load_config, parse_config
 from router.errors import ConfigError
 from tests.helpers import ROOT
@@ -46,6 +47,20 @@ policy:
 api:
   allow_anonymous: true
 """
+
+
+def test_check_lists_the_models_of_the_api_with_their_placements(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MANAGED_API_KEY", "sk-test")
+    path = tmp_path / "warmgate.yaml"
+    path.write_text(EXAMPLE.replace("deploy/", f"{ROOT}/deploy/"))
+    assert main(["check", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "OpenAI-compatible API (/v1): 2 models" in out
+    lines = [line.split() for line in out.splitlines()]
+    assert ["qwen3-8b", "chat", "vllm-local,", "managed/frontier-large"] in lines
+    assert ["flux-dev", "images", "comfyui,", "managed/image-large"] in lines
 
 
 def test_the_issue_example_loads(tmp_path: Path) -> None:

@@ -206,11 +206,15 @@ async def test_the_waiting_page_says_waking_and_the_wake_is_a_page_load(tmp_path
             await wait_until(lambda: parked(runtime), timeout=20)
             async with client.get(wg.url + "/.warmgate/status/comfy") as resp:
                 status = await resp.json()
-            assert (status["phase"], status["waking"], status["ready"]) == ("parked", True, False)
+            assert (status["phase"], status["parked"], status["ready"]) == ("parked", True, False)
+            assert status["waking"] is False, "parked, and nobody wakes it"
             async with client.get(wg.url + "/comfy/", headers=PAGE) as resp:
                 assert resp.status == 503
                 page = await resp.text()
             assert "<title>Waking comfy…</title>" in page
+            async with client.get(wg.url + "/.warmgate/status/comfy?wait=5") as resp:
+                status = await resp.json()  # answered once the page load's wake began
+            assert status["waking"] is True or status["ready"] is True
             await wait_until(lambda: runtime.state.phase is Phase.READY, timeout=20)
             async with client.get(wg.url + "/comfy/", headers=PAGE) as resp:
                 assert resp.status == 200

@@ -13,7 +13,8 @@ import aiohttp
 import psutil
 import pytest
 
-from backends.process import MAX_LINE, OutputLines
+from backends.outside import ERROR_CHARS
+from backends.process import MAX_LINE, OutputLines, exit_reason
 from router.scale.state import Phase
 from tests.helpers import ROOT, Subprocess, metric_value, wait_until, warmgate
 
@@ -139,6 +140,33 @@ async def test_a_crash_loop_goes_to_failed_with_the_stderr_tail_in_the_log(
             await asyncio.sleep(0.25)
         assert "exited with code 3" in caplog.text and "CUDA out of memory" in caplog.text
         assert wg.runtime().state.failures >= 3
+
+
+async def test_a_child_that_raises_during_its_start_says_why_on_the_waiting_page() -> None:
+    """ComfyUI run on an interpreter without torch: the reason is the traceback's exception
+    line, not only the exit code (the waiting page and the status JSON show it)."""
+    raises = ["python", "-c", "print('loading'); import torch_that_is_not_here"]
+    config = process_config(raises, failure_backoff="30s")
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/", headers={"Accept": "application/json"}) as resp:
+            assert resp.status == 503
+        async with client.get(wg.url + "/.warmgate/status/t") as resp:
+            status = await resp.json()
+        assert status["failure"] == (
+            "exited with code 1: ModuleNotFoundError: No module named 'torch_that_is_not_here'"
+        )
+        page_headers = {"Accept": "text/html", "Sec-Fetch-Mode": "navigate"}
+        async with client.get(wg.url + "/", headers=page_headers) as resp:
+            assert "No module named" in await resp.text()
+
+
+def test_an_exit_reason_is_one_bounded_line_of_the_childs_last_words() -> None:
+    assert exit_reason(3, []) == "exited with code 3"
+    assert exit_reason(1, ["fatal: no GPU", "  "]) == "exited with code 1: fatal: no GPU"
+    traceback = ["Traceback (most recent call last):", '  File "main.py"', "ValueError: bad", "x"]
+    assert exit_reason(1, traceback) == "exited with code 1: ValueError: bad"
+    long = exit_reason(1, ["\x1b[31m" + "e" * 1000])
+    assert len(long) == ERROR_CHARS and "\x1b" not in long
 
 
 async def test_racing_the_idle_release_loses_nothing() -> None:

@@ -165,3 +165,8 @@ def test_a_stage_and_parked_gpu_seconds_show_where_they_exist() -> None:
     assert rows(out.getvalue())["comfyui"] == [
         "comfyui", "starting", "pulling", "3", "0", "-", "35 (10 busy)", "~30s left"
     ]  # fmt: skip
+    # As the dashboard's card and chart count them: starting time included.
+    hours = {"busy": 10 / 3600, "idle": 5 / 3600, "parked": 20 / 3600, "starting": 15 / 3600}
+    out = io.StringIO()
+    render({"now": 110.0, "targets": {"comfyui": {**target, "gpu_hours_today": hours}}}, out)
+    assert rows(out.getvalue())["comfyui"][6] == "50 (10 busy)"

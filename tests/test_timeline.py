@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +93,40 @@ async def test_the_strip_follows_the_cell_and_marks_what_requests_met() -> None:
     ]  # fmt: skip
     marks = [m.to_json() for m in timeline.marks]
     assert marks == [
-        {"at": 1_000_010.0, "kind": "cold start", "held": 2, "seconds": 60.0},
-        {"at": 1_000_300.0, "kind": "wake", "held": 2, "seconds": 2.0},
+        {"at": 1_000_010.0, "kind": "cold start", "held": 2, "seconds": 60.0, "outcome": "ready"},
+        {"at": 1_000_300.0, "kind": "wake", "held": 2, "seconds": 2.0, "outcome": "ready"},
     ]
     seconds = timeline.seconds(1_000_000.0, 1_000_400.0)
     expected = {"cold": 10.0, "starting": 62.0, "busy": 30.0, "idle": 198.0, "parked": 100.0}
     assert seconds == pytest.approx(expected, abs=0.01)
     assert timeline.waits(0.0) == pytest.approx([60.0, 2.0], abs=0.01)
+
+
+async def test_a_wait_that_ended_in_a_failed_start_is_a_wait_of_its_own_kind() -> None:
+    clock, busy, held = Clock(1_500_000.0), [False], [1]
+    timeline, cell = recorder(clock, busy, held)
+    move(cell, timeline, clock, 1_500_010.0, phase=Phase.STARTING, stage="loading")
+    move(cell, timeline, clock, 1_500_025.0, phase=Phase.FAILED, reason="exited with code 1")
+    move(cell, timeline, clock, 1_500_100.0, phase=Phase.STARTING, stage="loading")
+    move(cell, timeline, clock, 1_500_130.0, phase=Phase.READY, endpoints=("http://x",))
+    move(cell, timeline, clock, 1_500_200.0, phase=Phase.PARKED)
+    move(cell, timeline, clock, 1_500_300.0, waking=True)
+    move(cell, timeline, clock, 1_500_301.5, phase=Phase.READY)
+    failed, *_ = [m.to_json() for m in timeline.marks]
+    assert failed == {
+        "at": 1_500_010.0, "kind": "cold start", "held": 1, "seconds": None,
+        "outcome": "failed", "ended": 15.0,
+    }  # fmt: skip
+    waits = timeline.waits_by_kind(0.0)
+    assert {kind: [round(w, 2) for w in ws] for kind, ws in waits.items()} == {
+        "cold start": [30.0], "wake": [1.5], "failed": [15.0]
+    }  # fmt: skip
+    view = {"t": {"waits_today_by_kind": waits}}
+    drawn = charts.waits_histogram(view)
+    fills = dict(re.findall(r'data-kind="([^"]+)" data-count="1" .*? fill="(#\w+)"', drawn))
+    assert set(fills) == {"cold start", "wake", "failed"}, "a failed wait is drawn too"
+    assert len(set(fills.values())) == 3, "wakes, cold starts and failures in colours apart"
+    assert "failed 1" in re.sub(r"<[^>]+>", "", drawn), "the legend counts each"
 
 
 async def test_it_is_bounded_by_the_window_and_a_count() -> None:
@@ -156,7 +184,7 @@ def test_the_strip_is_svg_with_a_rect_per_phase_and_a_mark_per_wait() -> None:
         "marks": [{"at": 100, "kind": "cold start", "held": 3, "seconds": 60.0}],
     }
     svg = charts.strip("comfy", tl, 0, 1000, "day")
-    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.startswith("<svg") and svg.endswith("</svg>" + charts.tick_labels(0, 1000, 3 * 3600))
     assert svg.count('class="seg"') == 4 and 'data-label="starting:pulling"' in svg
     assert 'data-kind="cold start"' in svg and "3 held, ready after 60s" in svg
     assert charts.wait_counts([5, 12, 12, 400]) == [
@@ -265,3 +293,13 @@ async def test_a_strip_kept_ahead_of_this_clock_is_clamped_to_now(tmp_path: Path
         10.0, abs=0.1
     )
     await timeline.close()
+
+
+def test_the_first_clock_of_a_strip_begins_at_its_tick_not_before_the_edge() -> None:
+    since = 1_764_917_370.0  # 06:49:30 UTC: the first tick, 06:50, is 30 s from the edge
+    labels = charts.tick_labels(since, since + 3600, 600)
+    first, *rest = re.findall(r'<span class="(\w+)" style="left:[\d.]+%">([\d:]+)<', labels)
+    assert first == ("start", "06:50"), "aligned to its tick's side: never cut"
+    assert [clock for _, clock in rest] == ["07:00", "07:10", "07:20", "07:30", "07:40"]
+    assert {side for side, _ in rest} == {"mid"}
+    assert 'class="end"' in charts.tick_labels(since - 510, since + 3090, 600), "the last one"

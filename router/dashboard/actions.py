@@ -57,6 +57,15 @@ def read_token(config: Config) -> str | None:
     return token
 
 
+def asked_from(request: web.Request) -> str:
+    """Where an action came from, in words: the dashboard's buttons (a script of a page of this
+    same listener: the browser says ``Sec-Fetch-Site: same-origin``, which no page of another
+    site can make it say) or the admin API (curl, a script with the token)."""
+    if request.headers.get("Sec-Fetch-Site") == "same-origin":
+        return "from the dashboard"
+    return "through the admin API"
+
+
 def _error(status: int, code: str, message: str, target: str | None = None) -> web.Response:
     headers = {"WWW-Authenticate": 'Bearer realm="warmgate admin"'} if status == 401 else None
     body = {"error": {"code": code, "message": message, "target": target}}
@@ -123,9 +132,10 @@ class Actions:
         if isinstance(result, web.Response):
             return result
         status, text = result
-        log.info("%s: %s asked from the dashboard (%s)", name, action, text)
+        origin = asked_from(request)
+        log.info("%s: %s asked %s (%s)", name, action, origin, text)
         if status == 202:
-            self.bus.add(name, f"{action} asked", f"from the dashboard: {text}")
+            self.bus.add(name, f"{action} asked", f"{origin}: {text}")
         phase = runtime.state.phase.value
         return web.json_response(
             {"target": name, "action": action, "result": text, "phase": phase}, status=status

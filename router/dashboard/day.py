@@ -35,6 +35,10 @@ def gpu_hours_today(runtime: TargetRuntime, now: float) -> Json:
     return {key: round(seconds.get(key, 0.0) / 3600, 4) for key in HOURS}
 
 
-def waits_today(runtime: TargetRuntime, now: float) -> list[float]:
-    """Seconds of each cold start or wake requests met today that ended ready."""
-    return [round(w, 1) for w in runtime.timeline.waits(midnight(now))]
+def waits_today(runtime: TargetRuntime, now: float) -> Json:
+    """Seconds of each wait requests met today, by what ended it: a ``cold start`` or a
+    ``wake`` that ended ready, or a start or wake that ``failed``."""
+    return {
+        kind: [round(w, 1) for w in waits]
+        for kind, waits in runtime.timeline.waits_by_kind(midnight(now)).items()
+    }

@@ -97,6 +97,16 @@ def _gaps(n: int) -> str:
     return "1 gap" if n == 1 else f"{n} gaps"
 
 
+def _idle_of(t: Json, now: float) -> str:
+    """How long the target has been idle, of the ``idle_after`` that releases it (the setting
+    is not the idle time: idle 13 s of 10 minutes)."""
+    idle = t["idle_since"]
+    if idle is None:
+        return f"once idle for {idle_after(t)}"
+    elapsed = f'<span class="elapsed" data-epoch="{idle}">{span(now - idle)}</span>'
+    return f"idle for {elapsed} of idle_after {idle_after(t)}"
+
+
 def _next(t: Json, now: float) -> tuple[str, str]:
     if t["always_on"]:
         return "Release", "never (always on)"
@@ -105,7 +115,7 @@ def _next(t: Json, now: float) -> tuple[str, str]:
             f"{countdown(t['release_at'], now)})" if t["release_at"] is not None else "-)"
         )
     if t["release_at"] is not None:
-        return "Release", (f"in {countdown(t['release_at'], now)} (idle for {idle_after(t)})")
+        return "Release", f"in {countdown(t['release_at'], now)} ({_idle_of(t, now)})"
     if t["retry_at"] is not None:
         return "Next try", f"in {countdown(t['retry_at'], now)}"
     if t["park_at"] is not None:
@@ -133,11 +143,14 @@ def _starts(t: Json, now: float) -> str:
 
 
 def _gpu(t: Json) -> str:
-    gpu = t["gpu_seconds_today"]
-    parked = "-" if gpu["parked"] is None else f"{gpu['parked']:.0f}"
+    """The GPU-seconds of the day's strip, as the day's chart stacks them (the same totals):
+    busy, idle (draining included), parked, and starting (waking included)."""
+    gpu = charts.gpu_seconds(t["gpu_hours_today"])
+    parked = "" if t.get("parked") is None else f"{gpu['parked']:.0f} parked · "
     return (
         f'<span class="gpu-busy">{gpu["busy"]:.0f}</span> busy · '
-        f'<span class="gpu-idle">{gpu["idle"]:.0f}</span> idle · {parked} parked'
+        f'<span class="gpu-idle">{gpu["idle"]:.0f}</span> idle · {parked}'
+        f'<span class="gpu-starting">{gpu["starting"]:.0f}</span> starting'
     )
 
 
@@ -322,12 +335,17 @@ def replicas_section(r: Json, now: float) -> str:
     )  # fmt: skip
 
 
+def _moved(ev: Json) -> bool:
+    """The event changed the phase (a wake begins in ``parked`` and stays there until ready)."""
+    return bool(ev["from"]) and ev["from"] != ev["phase"]
+
+
 def events_section(events: list[Json]) -> str:
     items = "".join(
         f'<li class="ev {e(ev["kind"])}"><time datetime="{e(_iso(ev["at"]))}" '
         f'data-epoch="{ev["at"]}">{clock(ev["at"])}</time> '
         f"<b>{e(ev['target'] or 'warmgate')}</b> {e(ev['kind'])}"
-        + (f" ({e(ev['from'])} → {e(ev['phase'])})" if ev["from"] else "")
+        + (f" ({e(ev['from'])} → {e(ev['phase'])})" if _moved(ev) else "")
         + f' <span class="muted">{e(ev["reason"])}</span></li>'
         for ev in events
     )
@@ -335,50 +353,11 @@ def events_section(events: list[Json]) -> str:
     return f'<section id="events"><h2>Events</h2>{empty}<ol class="events">{items}</ol></section>'
 
 
-def day_section(v: Json) -> str:
-    """The day in pictures: each target's strip (24 h and the last hour), each pool's
-    occupancy, today's GPU-hours stacked and the waits requests met."""
-    now, targets = v["now"], v["targets"]
-    strips = "".join(
-        f'<div class="timeline" id="timeline-{e(name)}"><h3>{e(name)} '
-        f'<span class="phase">{e(t["phase"])}</span></h3>'
-        f"{charts.strip(name, t['timeline'], now - t['timeline']['window'], now, 'day')}"
-        f'<details class="zoom" open><summary>last hour</summary>'
-        f"{charts.strip(name, t['timeline'], now - 3600, now, 'hour')}</details></div>"
-        for name, t in targets.items()
-    )
-    pools = "".join(
-        f'<div class="timeline pool-occupancy"><h3>pool {e(name)}: GPUs held '
-        f"({len(p['resident'])} of {p['capacity']} now)</h3>"
-        + charts.occupancy(
-            name,
-            p["capacity"],
-            [targets[m]["timeline"] for m in p["members"] if m in targets],
-            now - 24 * 3600,
-            now,
-        )
-        + "</div>"
-        for name, p in (v.get("pools") or {}).items()
-    )
-    hours = sum(sum(t["gpu_hours_today"].values()) for t in targets.values())
-    waits = sum(len(t["waits_today"]) for t in targets.values())
-    return (
-        '<section id="day"><h2>The day</h2>'
-        f'<div class="card wide">{charts.legend()}{strips}{pools}</div>'
-        '<div class="cards">'
-        f'<div class="card"><h3>GPU-hours today: {hours:.2f}</h3>'
-        f"{charts.gpu_hours(targets)}</div>"
-        f'<div class="card"><h3>Waits for a cold start or wake today: {waits}</h3>'
-        f"{charts.waits_histogram(targets)}</div>"
-        "</div></section>"
-    )
-
-
 def fragment(v: Json) -> str:
     now = v["now"]
     cards = "".join(target_card(name, t, now, v["actions"]) for name, t in v["targets"].items())
     parts = [f'<section id="targets"><h2>Targets</h2><div class="cards">{cards}</div></section>']
-    parts.append(day_section(v))
+    parts.append(charts.day_section(v))
     if v.get("pools"):
         parts.append(pools_section(v["pools"]))
     if v["api"] is not None:

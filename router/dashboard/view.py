@@ -131,8 +131,14 @@ def target(src: Sources, runtime: TargetRuntime, gpu: Mapping[str, float]) -> Js
         else {"at": round(failure[0], 1), "reason": failure[1]},
         "timeline": day.timeline(runtime, wall_now),
         "gpu_hours_today": day.gpu_hours_today(runtime, wall_now),
-        "waits_today": day.waits_today(runtime, wall_now),
+        **_waits(day.waits_today(runtime, wall_now)),
     }
+
+
+def _waits(by_kind: Json) -> Json:
+    """``waits_today`` (every wait's seconds, as before) and ``waits_today_by_kind``."""
+    every = sorted(w for waits in by_kind.values() for w in waits)
+    return {"waits_today": every, "waits_today_by_kind": by_kind}
 
 
 def lifecycle_of(runtime: TargetRuntime) -> Json:

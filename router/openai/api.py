@@ -247,9 +247,10 @@ class OpenAIApi:
         if not self.config.server.access_log:
             return
         elapsed = self.loop.time() - call.started if call is not None else 0.0
-        extra = " ".join(f"{k}={v}" for k, v in call.notes.items()) if call is not None else ""
+        notes = call.notes.items() if call is not None else ()
+        extra = "".join(f" {k}={v}" for k, v in notes)  # a line with no notes ends in its time
         log.info(
-            '%s "%s %s" %s model=%s decision="%s" id=%s %.3fs %s',
+            '%s "%s %s" %s model=%s decision="%s" id=%s %.3fs%s',
             request.remote,
             request.method,
             logged_path(request.raw_path, self.config.server.log_query),

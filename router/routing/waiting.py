@@ -58,10 +58,10 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
     state = runtime.state
     now = runtime.loop.time()
     phase = state.phase
-    waking = phase is Phase.PARKED
+    parked = phase is Phase.PARKED  # a wake, not a cold start, is what it takes
     moving = phase is Phase.STARTING or state.waking
     elapsed = now - state.since if moving else 0.0
-    eta = runtime.learned.wakes.predicted() if waking else runtime.learned.predicted_cold_start()
+    eta = runtime.learned.wakes.predicted() if parked else runtime.learned.predicted_cold_start()
     stage = state.stage if phase is Phase.STARTING else None
     remaining: float | None = eta
     by_stage: list[tuple[str, float]] = []
@@ -78,7 +78,9 @@ def status(runtime: TargetRuntime) -> dict[str, object]:
         "target": runtime.name,
         "phase": phase.value,
         "ready": phase is Phase.READY,
-        "waking": waking,
+        "waking": parked and state.waking,
+        "parked": parked,
+        "retrying": phase is Phase.STARTING and state.failures > 0,
         "waiting_for": _waiting_for(runtime) or None,
         "elapsed": round(elapsed, 2),
         "eta": round(eta, 2),
@@ -173,7 +175,7 @@ small{{color:#999}}
     pool.textContent = s.waiting_for ? s.waiting_for.charAt(0).toUpperCase() +
       s.waiting_for.slice(1) + "." : "";
     var failed = s.phase === "failed";
-    var verb = s.waking ? "Waking " : "Starting ";
+    var verb = s.parked ? "Waking " : "Starting ";
     var name = document.createElement("b");
     name.textContent = s.target;
     document.getElementById("title").replaceChildren(failed ? "" : verb, name,
@@ -183,8 +185,9 @@ small{{color:#999}}
     document.getElementById("times").hidden = failed;
     if (s.bar !== null) {{ document.getElementById("fill").style.width = s.bar + "%"; }}
     document.getElementById("phase").textContent = !failed ?
-      (s.waking ? words.waking : words.starting) :
-      "The workload failed to start: " + s.failure + ". warmgate tries again" +
+      (s.parked ? words.waking : s.retrying ? words.retrying : words.starting) :
+      "The workload failed to start: " + s.failure.replace(/[ .]+$/, "") +
+      ". warmgate tries again" +
       (s.retry_in ? " in " + Math.ceil(s.retry_in) + " s." : ".");
   }}
   function poll() {{
@@ -207,6 +210,8 @@ _STARTING = """The GPU workload was asleep to leave the card free for others. It
 model now; this page continues by itself when it is ready."""
 _WAKING = """The GPU workload was parked: its model left the card for others, its process stayed.
 It is loading the model back now (about a second); this page continues by itself."""
+_RETRYING = """The GPU workload's last start failed; warmgate is starting it again now. This page
+continues by itself when it is ready."""
 
 
 def _stage_line(info: Mapping[str, object]) -> str:
@@ -222,7 +227,8 @@ def _stage_line(info: Mapping[str, object]) -> str:
 def _failed_text(info: Mapping[str, object]) -> str:
     retry = info["retry_in"]
     when = f" in {math.ceil(retry)} s" if isinstance(retry, float) and retry > 0 else ""
-    return f"The workload failed to start: {info['failure']}. warmgate tries again{when}."
+    why = str(info["failure"]).rstrip(" .")  # the sentence's own full stop follows
+    return f"The workload failed to start: {why}. warmgate tries again{when}."
 
 
 ICON = (
@@ -242,8 +248,8 @@ def render(runtime: TargetRuntime) -> web.Response:
     bar = info["bar"]
     failed = info["phase"] == "failed"
     name = html.escape(runtime.name)
-    verb = "Waking" if info["waking"] else "Starting"
-    text = _WAKING if info["waking"] else _STARTING
+    verb = "Waking" if info["parked"] else "Starting"
+    text = _WAKING if info["parked"] else _RETRYING if info["retrying"] else _STARTING
     body = _PAGE.format(
         title=f"{name} failed to start" if failed else f"{verb} {name}…",
         icon=ICON,
@@ -263,7 +269,9 @@ def render(runtime: TargetRuntime) -> web.Response:
         elapsed=f"{elapsed:.0f}",
         phase=html.escape(str(info["phase"])),
         status_json=dumps(info).replace("<", "\\u003c"),
-        words_json=dumps({"starting": _STARTING, "waking": _WAKING}).replace("<", "\\u003c"),
+        words_json=dumps({"starting": _STARTING, "waking": _WAKING, "retrying": _RETRYING}).replace(
+            "<", "\\u003c"
+        ),
     )
     retry = max(1, math.ceil(min(eta - elapsed, 10.0))) if eta > elapsed else 2
     return web.Response(

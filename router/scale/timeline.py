@@ -63,6 +63,14 @@ def family(label: str) -> str:
     return label.split(":", 1)[0]
 
 
+def _outcome(mark: Mapping[str, Any]) -> str | None:
+    """A kept mark's outcome (a mark kept before outcomes were: ready if it has seconds)."""
+    outcome = mark.get("outcome")
+    if outcome in ("ready", "failed", "stopped"):
+        return str(outcome)
+    return "ready" if mark.get("seconds") is not None else None
+
+
 @dataclass(slots=True)
 class Mark:
     at: float
@@ -72,11 +80,29 @@ class Mark:
     held: int
     """Requests held when it began."""
     seconds: float | None = None
-    """Until ready (``None``: not ready yet, or it failed)."""
+    """Until ready (``None``: not ready yet, or it did not end ready)."""
+    outcome: str | None = None
+    """``ready``; ``failed`` (the start or wake failed: the requests waited that long for a
+    503); ``stopped`` (abandoned or released first); ``None`` while under way."""
+    ended: float | None = None
+    """Seconds until it ended other than ready (``failed``, ``stopped``)."""
 
     def to_json(self) -> dict[str, Any]:
         seconds = None if self.seconds is None else round(self.seconds, 1)
-        return {"at": round(self.at, 1), "kind": self.kind, "held": self.held, "seconds": seconds}
+        out = {"at": round(self.at, 1), "kind": self.kind, "held": self.held, "seconds": seconds}
+        if self.outcome is not None:
+            out["outcome"] = self.outcome
+        if self.ended is not None:
+            out["ended"] = round(self.ended, 1)
+        return out
+
+    @property
+    def waited(self) -> float | None:
+        """Seconds the requests that met it waited, however it ended; ``None`` while it runs
+        or when it was stopped."""
+        if self.outcome == "failed":
+            return self.ended
+        return self.seconds
 
 
 class Timeline:
@@ -129,11 +155,23 @@ class Timeline:
         began_wake = new.phase is Phase.PARKED and new.waking and not old.waking
         if began_start or began_wake:
             self.marks.append(Mark(now, "cold start" if began_start else "wake", self.held()))
-        elif new.phase is Phase.READY and old.phase in (Phase.STARTING, Phase.PARKED):
-            last = self.marks[-1] if self.marks else None
-            if last is not None and last.seconds is None:
-                last.seconds = max(0.0, now - last.at)
+        else:
+            self._settle(old, new, now)
         self._keep(now)
+
+    def _settle(self, old: TargetState, new: TargetState, now: float) -> None:
+        """The end of the start or wake the last mark is of: ready, failed or stopped."""
+        last = self.marks[-1] if self.marks else None
+        if last is None or last.outcome is not None:
+            return
+        if new.phase is Phase.READY and old.phase in (Phase.STARTING, Phase.PARKED):
+            last.seconds, last.outcome = max(0.0, now - last.at), "ready"
+            return
+        ended_start = old.phase is Phase.STARTING and new.phase is not Phase.STARTING
+        ended_wake = old.phase is Phase.PARKED and old.waking and not new.waking
+        if ended_start or ended_wake:
+            last.ended = max(0.0, now - last.at)
+            last.outcome = "failed" if new.phase is Phase.FAILED else "stopped"
 
     def sample(self, state: TargetState) -> None:
         """What a change of state does not tell (busy or idle): looked at every few seconds."""
@@ -189,6 +227,16 @@ class Timeline:
     def waits(self, since: float) -> list[float]:
         """Seconds of each cold start or wake met by requests since ``since`` that ended ready."""
         return [m.seconds for m in self.marks if m.at >= since and m.seconds is not None]
+
+    def waits_by_kind(self, since: float) -> dict[str, list[float]]:
+        """Seconds requests waited since ``since``: for a ``cold start`` or a ``wake`` that
+        ended ready, or for one that ``failed`` (a 503 at the end of the wait)."""
+        out: dict[str, list[float]] = {"cold start": [], "wake": [], "failed": []}
+        for m in self.marks:
+            waited = m.waited
+            if m.at >= since and waited is not None:
+                out["failed" if m.outcome == "failed" else m.kind].append(waited)
+        return out
 
     def to_json(self, since: float | None = None) -> dict[str, Any]:
         """The strip (from ``since``; default: the whole window) and its marks."""
@@ -310,7 +358,11 @@ def _taken(
         at, held = number(item.get("at"), 0.0), count(item.get("held"))
         seconds = item.get("seconds")
         waited = None if seconds is None else number(seconds, 0.0, WINDOW)
+        ended = item.get("ended")
+        over = None if ended is None else number(ended, 0.0, WINDOW)
         if at is None or held is None or (seconds is not None and waited is None):
             return None
-        marks.append(Mark(at, str(item["kind"]), held, waited))
+        if ended is not None and over is None:
+            return None
+        marks.append(Mark(at, str(item["kind"]), held, waited, _outcome(item), over))
     return min(until, now), segments, marks
