@@ -62,11 +62,15 @@ class Observation:
     (``ErrImagePull``, ``CrashLoopBackOff``): it fails at once, not at ``cold_start_timeout``."""
     rollout: Rollout | None = None
     """The declared version against what runs, where the backend can tell (Kubernetes)."""
+    last_error: str | None = None
+    """With ``crashed``: the exception the workload's own output ended with (a child's last
+    traceback line on its stderr), what requests held for its start are told; ``None`` where it
+    printed none."""
 
     def __post_init__(self) -> None:
         # The door from a backend to the router: the words of a pod, a child or an API server
         # travel on as one bounded line, a progress only when it is one.
-        for name in ("failure", "degraded", "failure_reason"):
+        for name in ("failure", "degraded", "failure_reason", "last_error"):
             text = getattr(self, name)
             if text is not None:
                 object.__setattr__(self, name, one_line(text))

@@ -18,6 +18,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 
 from backends.base import Observation, ObservationListener
+from backends.engines.common import raised_line
 from backends.outside import one_line
 from backends.specs import READY_PORT
 from backends.specs import ProcessBackend as ProcessSpec
@@ -242,7 +243,11 @@ class ProcessBackend:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # leave no orphan of the group behind
         self._logged_exit = proc  # the stop that follows has nothing left to say
-        self._set(Observation(failure=reason, crashed=True))
+        self._set(Observation(failure=reason, crashed=True, last_error=self.last_error()))
+
+    def last_error(self) -> str | None:
+        """The exception the child's stderr ended with (what held requests are told)."""
+        return raised_line(self.stderr_tail)
 
     async def scale_down(self, deadline: float | None = None) -> None:
         async with self._lock:

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, ClassVar, Final
 
 import aiohttp
@@ -78,8 +78,14 @@ def engine_error(text: str) -> str:
     if isinstance(data, str) and data.strip():
         text = data
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    raised = [line for line in lines if _RAISED.match(line)]
-    return one_line((raised or lines or ["(no body)"])[-1])
+    return one_line(raised_line(lines) or (lines or ["(no body)"])[-1])
+
+
+def raised_line(lines: Iterable[str]) -> str | None:
+    """The exception a traceback ends with (its last line, not its top), as one line; ``None``
+    where no line names an exception (a plain message says too little to be told)."""
+    raised = [line.strip() for line in lines if _RAISED.match(line.strip())]
+    return one_line(raised[-1]) if raised else None
 
 
 def failure_of(body: bytes) -> str | None:

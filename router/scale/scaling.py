@@ -23,6 +23,9 @@ class Act(enum.Enum):
     """Ask the backend to run the workload; phase -> starting."""
     PROBE = "probe"
     """Ask the engine whether the workload is ready (weights resident)."""
+    RESTART = "restart"
+    """Starting, and the workload exited before it was ever ready while requests are held:
+    started again at once (at most ``scaling.start_retries`` times a start)."""
     FAIL = "fail"
     """The cold start failed; phase -> failed, held requests answered, backoff."""
     LOST = "lost"
@@ -129,6 +132,8 @@ class Step:
     """PARK and YIELD: the idleness they need, checked again right before the engine is asked."""
     room_for: str = ""
     """PARK and YIELD that make room in a GPU pool: the target they make room for."""
+    told: str = ""
+    """FAIL: what the requests held for the start are told (the workload's own last error)."""
 
 
 OPERATOR_RELEASE = "released by an operator"
@@ -298,11 +303,26 @@ def abandon_at(v: View) -> float:
     return max(v.state.since, v.idle_since, v.last_wanted) + after
 
 
+def _exited(v: View, now: float, deadline: float) -> Step:
+    """The workload exited during its start: started again while requests wait for it (a
+    Gradio app can die in its own launch check on a loaded host, and start the next time), at
+    most ``start_retries`` times; then failed, its own last error told."""
+    state, obs = v.state, v.observation
+    said = obs.last_error or ""
+    failure = obs.failure or "the workload exited while starting"
+    reason = failure if not said or said in failure else f"{failure}: {said}"
+    tries = v.scaling.start_retries
+    if obs.crashed and v.held > 0 and state.restarts < tries and now < deadline:
+        again = f"{reason}; started again ({state.restarts + 1} of {tries})"
+        return Step(Act.RESTART, reason=again)
+    return Step(Act.FAIL, reason=reason, told=said)
+
+
 def _starting(v: View, now: float) -> Step:
     state, obs = v.state, v.observation
-    if obs.crashed or obs.failure:
-        return Step(Act.FAIL, reason=obs.failure or "the workload exited while starting")
     deadline = state.since + v.scaling.cold_start_timeout
+    if obs.crashed or obs.failure:
+        return _exited(v, now, deadline)
     if now >= deadline:
         limit = v.scaling.cold_start_timeout
         return Step(Act.FAIL, reason=f"not ready after {limit:g}s")

@@ -46,6 +46,9 @@ class TargetState:
     """While ``loading``: the engine's own load progress (0..1), where it reports one."""
     failures: int = 0
     """Consecutive failed cold starts; reset by a successful one."""
+    restarts: int = 0
+    """In ``starting``: times this start's workload was started again after it exited before
+    it was ever ready (``scaling.start_retries``)."""
     retry_at: float = 0.0
     """In ``failed``: loop time after which a new start may be tried."""
     told: str = ""
