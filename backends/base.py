@@ -300,6 +300,23 @@ def load_progress(engine: Engine, base_url: str) -> float | None:
 
 
 @runtime_checkable
+class ReportsStageMessage(Protocol):
+    """What an :class:`Engine` whose readiness answer says in words where its start is offers
+    (a ``/readyz`` 503 with ``{"message": "loading wan2.1_t2v.safetensors"}``, as the Wan2GP
+    launcher's); ask through :func:`load_message`."""
+
+    def load_message(self, base_url: str) -> str:
+        """The words (one bounded line) the last readiness probe of ``base_url`` read; ``""``:
+        none."""
+        ...
+
+
+def load_message(engine: Engine, base_url: str) -> str:
+    """The engine's own words on its start at ``base_url`` as last probed, where it says any."""
+    return engine.load_message(base_url) if isinstance(engine, ReportsStageMessage) else ""
+
+
+@runtime_checkable
 class NamesWebsockets(Protocol):
     """What an :class:`Engine` that names each websocket client offers (ComfyUI: the
     ``clientId`` its messages for a tab are addressed to); ask through :func:`websocket_again`."""

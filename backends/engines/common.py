@@ -47,6 +47,18 @@ def progress_of(body: bytes) -> float | None:
     return number(data.get("progress"), 0.0, 1.0) if isinstance(data, dict) else None
 
 
+def message_of(body: bytes) -> str:
+    """The ``message`` of a JSON object body (``{"stage": "loading", "message": "loading
+    wan2.1_t2v.safetensors"}``) as one bounded line; ``""`` when there is none, or it is not
+    text."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    said = data.get("message") if isinstance(data, dict) else None
+    return one_line(said) if isinstance(said, str) and said.strip() else ""
+
+
 def readiness_at(readiness: Readiness, backend: object = None) -> Callable[[str], str]:
     """Where the readiness of the workload at a base URL is probed: ``readiness.port`` on the
     same host; ``{ready_port}``: where ``backend`` says (:class:`ChoosesReadyPort`)."""
@@ -178,6 +190,8 @@ class EngineBase:
         self._last_busy = False
         self._progress: dict[str, float] = {}
         """Load progress (0..1) by endpoint, from the last readiness answer that said one."""
+        self._message: dict[str, str] = {}
+        """The engine's words on its start by endpoint, from the last readiness answer."""
         self._queue: dict[str, int] = {}
         """The depth of the engine's own queue by endpoint, from the last busy poll that read
         one."""
@@ -247,8 +261,9 @@ class EngineBase:
 
     async def get_ready(self, base_url: str, path: str) -> bool:
         """True for a 200; any other answer whose JSON body carries ``progress`` (0..1, as a
-        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`; one that says
-        ``"stage": "failed"`` raises :class:`StartFailed` with its ``error``."""
+        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`, and its
+        ``message`` for :meth:`load_message`; one that says ``"stage": "failed"`` raises
+        :class:`StartFailed` with its ``error``."""
         url = self.ready_at(base_url) + path
         try:
             async with self.client().get(url, allow_redirects=False) as response:
@@ -257,6 +272,7 @@ class EngineBase:
         except PROBE_ERRORS:
             return False
         failure = None if ready else failure_of(body)
+        self._message[base_url] = "" if ready or failure is not None else message_of(body)
         if failure is not None:
             self._progress.pop(base_url, None)
             raise StartFailed(failure)
@@ -270,6 +286,10 @@ class EngineBase:
     def load_progress(self, base_url: str) -> float | None:
         """:class:`backends.base.ReportsProgress`: what the last readiness answer said."""
         return self._progress.get(base_url)
+
+    def load_message(self, base_url: str) -> str:
+        """:class:`backends.base.ReportsStageMessage`: what the last readiness answer said."""
+        return self._message.get(base_url, "")
 
     async def busy(self, base_url: str) -> bool:
         return False

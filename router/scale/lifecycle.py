@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 
-from backends.base import Observation, StartFailed, load_progress, parking
+from backends.base import Observation, StartFailed, load_message, load_progress, parking
 from backends.outside import one_line
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
@@ -410,7 +410,8 @@ class Lifecycle:
             return
         ready = await rt.engine.probe_ready(endpoint)
         if not (ready and rt.state.phase is Phase.STARTING and self._obs.endpoints):
-            self.starts.progressed(load_progress(rt.engine, endpoint))
+            said = load_message(rt.engine, endpoint)
+            self.starts.progressed(load_progress(rt.engine, endpoint), said)
             self.next_probe = self.now + rt.spec.readiness.interval
             return
         engine = parking(rt.engine) if self.adopted else None

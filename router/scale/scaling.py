@@ -282,13 +282,16 @@ def _idle_release(v: View, now: float, why: str) -> Step:
 def stage_now(v: View) -> tuple[Stage | None, str, float | None]:
     """The stage a start is in, its message and the load progress: the backend's word; past
     its stages (or with endpoints to probe) and not ready yet: ``loading``, with the progress
-    the engine (or the backend) reported."""
+    and the words the engine (or the backend) reported."""
     obs, state = v.observation, v.state
     stage = obs.stage
     if stage is None and (obs.endpoints or state.stage is not None):
         stage = "loading"
     progress = obs.progress if obs.progress is not None else state.progress
-    return stage, obs.stage_message, progress if stage == "loading" else None
+    # The engine's own words (its readiness answer's) stand while the backend has none and the
+    # stage is the same: a new stage's words are the backend's, or the engine's next answer.
+    kept = state.stage_message if stage == state.stage else ""
+    return stage, obs.stage_message or kept, progress if stage == "loading" else None
 
 
 def abandon_at(v: View) -> float:

@@ -60,3 +60,31 @@ async def test_a_failed_preload_fails_the_start_with_the_launchers_reason(tmp_pa
         runtime = wg.runtime("wan")
         await wait_until(lambda: runtime.state.phase is Phase.FAILED)
         assert "Unable to locate file 'wan2.1_text2video_14B" in runtime.state.reason
+
+
+T2V = "wan2.1_text2video_14B_quanto_mbf16_int8.safetensors"
+
+
+async def test_the_launchers_own_stage_reaches_the_waiting_page(tmp_path: Path) -> None:
+    share = tmp_path / "models"
+    share.mkdir()
+    (share / T2V).touch()
+    config = wan2gp(tmp_path, EAGER_LOAD_MODEL="1", WAN2GP_CHECKPOINTS=str(share))
+    del config["targets"]["wan"]["waiting_page"]
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        runtime = wg.runtime("wan")
+        runtime.request_start()
+        await wait_until(lambda: runtime.state.stage_message == f"loading {T2V}")
+        assert runtime.state.progress is None, "the launcher tells no fraction of its load"
+        page = {"Accept": "text/html", "Sec-Fetch-Mode": "navigate"}
+        async with client.get(wg.url + "/", headers=page) as resp:
+            text = await resp.text()
+        assert f"Loading the model: loading {T2V}." in text.split("<script>")[0]
+        async with client.get(wg.url + "/.warmgate/status/wan") as resp:
+            status = await resp.json()
+        assert status["stage_message"] == f"loading {T2V}" and status["progress"] is None
+
+        (tmp_path / "release-load").touch()
+        async with client.get(wg.url + "/config") as resp:
+            assert resp.status == 200
+        assert runtime.state.phase is Phase.READY and runtime.state.stage_message == ""
