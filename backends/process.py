@@ -33,6 +33,8 @@ MAX_LINE = 8 * 1024
 PYTHON = ("python", "python3")
 """The first word of a command (and the first after its ``--``) that means warmgate's own
 interpreter."""
+GROUP_POLL = 0.05
+"""Seconds between two looks at whether a stopped child's process group is empty yet."""
 LISTEN_POLL = 0.1
 """Seconds between two looks at whether a starting child listens on its port yet: the stage
 turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
@@ -258,20 +260,26 @@ class ProcessBackend:
             self._set(Observation())
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM to the command alone first: a launcher that handles it stops its engine its
+        own way (the Wan2GP launcher sends wgp.py SIGINT, so its exit handlers run), which a
+        SIGTERM to the whole group would cut short. Once it exited, what is left of its group
+        gets SIGTERM; SIGKILL to the group once ``stop_grace`` is spent."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.spec.stop_grace
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        else:
-            try:
-                async with asyncio.timeout(self.spec.stop_grace):
-                    await proc.wait()
-            except TimeoutError:
-                log.warning(
-                    "[%s] still running %.0fs after SIGTERM: SIGKILL",
-                    self.target,
-                    self.spec.stop_grace,
-                )
+            async with asyncio.timeout_at(deadline):
+                await proc.wait()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)  # a shell's engine, a worker left over
+                    while True:  # until the group is empty (signal 0 finds no member)
+                        os.killpg(proc.pid, 0)
+                        await asyncio.sleep(GROUP_POLL)
+        except TimeoutError:
+            log.warning(
+                "[%s] still running %.0fs after SIGTERM: SIGKILL", self.target, self.spec.stop_grace
+            )
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()

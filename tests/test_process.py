@@ -403,3 +403,45 @@ async def test_a_start_that_always_dies_fails_with_its_exception_after_the_retri
         state = wg.runtime().state
         assert state.phase is Phase.FAILED and said in state.reason
         assert "exited with code 1" in state.reason
+
+
+# A launcher like Wan2GP's: on SIGTERM it sends its engine SIGINT and waits for it, so the
+# engine's exit handlers run (Wan2GP's autosave of its queue is one).
+SIGINT_LAUNCHER = (
+    "import signal, subprocess, sys\n"
+    "engine = subprocess.Popen([sys.executable, '-c', sys.argv[1], *sys.argv[2:]])\n"
+    "signal.signal(signal.SIGTERM, lambda *_: engine.send_signal(signal.SIGINT))\n"
+    "sys.exit(engine.wait())\n"
+)
+ENGINE_WITH_ATEXIT = (
+    "import atexit, pathlib, signal, sys\n"
+    "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
+    "if sys.argv[3] == 'deaf': signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "atexit.register(lambda: pathlib.Path(sys.argv[2]).write_text('queue saved'))\n"
+    "class Ready(BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()\n"
+    "        self.wfile.write(b'ok')\n"
+    "pathlib.Path(sys.argv[2] + '.pid').write_text(str(__import__('os').getpid()))\n"
+    "HTTPServer(('127.0.0.1', int(sys.argv[1])), Ready).serve_forever()\n"
+)
+
+
+@pytest.mark.parametrize("engine", ["hears", "deaf"])
+async def test_a_launcher_stops_its_engine_its_own_way_before_the_group_is_killed(
+    tmp_path: Path, engine: str
+) -> None:
+    saved, pid_file = tmp_path / "autosave", tmp_path / "autosave.pid"
+    launcher = ["python", "-c", SIGINT_LAUNCHER, ENGINE_WITH_ATEXIT, "{port}", str(saved), engine]
+    config = process_config(launcher)
+    config["targets"]["t"]["backend"]["stop_grace"] = "1s"
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/") as resp:
+            assert resp.status == 200
+        engine_pid = int(pid_file.read_text())
+        await wg.runtime().backend.scale_down()
+        assert not alive(engine_pid)
+    if engine == "hears":  # SIGINT from its launcher: its exit handlers ran
+        assert saved.read_text() == "queue saved"
+    else:  # it ignores SIGINT: killed with its group once stop_grace is spent
+        assert not saved.exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from router.scale.state import Phase
 from tests.helpers import ROOT, one_target, wait_until, warmgate
@@ -88,3 +89,17 @@ async def test_the_launchers_own_stage_reaches_the_waiting_page(tmp_path: Path) 
         async with client.get(wg.url + "/config") as resp:
             assert resp.status == 200
         assert runtime.state.phase is Phase.READY and runtime.state.stage_message == ""
+
+
+async def test_a_stop_reaches_wgp_as_the_launchers_sigint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="warmgate.process")
+    async with warmgate(wan2gp(tmp_path, EAGER_LOAD_MODEL="0")) as wg:
+        async with aiohttp.ClientSession() as client, client.get(wg.url + "/config") as resp:
+            assert resp.status == 200
+        await wg.runtime("wan").backend.scale_down()
+    said = [r.getMessage() for r in caplog.records if r.name == "warmgate.process"]
+    assert "[wan] Keyboard interruption in main thread... closing server." in said, said
+    assert "[wan] warmgate-wan2gp: stopping: SIGINT to wgp.py" in said
+    assert "[wan] stopped (exit code 0)" in said, "the launcher's own clean exit"
