@@ -286,6 +286,18 @@ async def test_a_failure_is_said_for_failed_linger_then_the_launcher_exits(
     assert await run.exit_code() == 1
 
 
+async def test_a_death_in_gradios_launch_check_exits_at_once_with_the_exception_last(
+    launch: Any,
+) -> None:
+    """After its app answered, wgp.py died in Gradio's own launch check (``HEAD /`` timed out on
+    a loaded host): no linger (a new start may pass it), the exception as the last line."""
+    run = await launch("--launch-check", "60", STANDIN_LAUNCH_CHECK_DIES="always")
+    await run.until(lambda s, b: b["stage"] == "launching")
+    assert await run.exit_code() == 1
+    last = run.output().rstrip().splitlines()[-1]
+    assert last.startswith("ValueError: When localhost is not accessible"), last
+
+
 async def test_a_download_refused_offline_is_said_in_its_own_words(
     launch: Any, tmp_path: Path
 ) -> None:

@@ -103,3 +103,29 @@ async def test_a_stop_reaches_wgp_as_the_launchers_sigint(
     assert "[wan] Keyboard interruption in main thread... closing server." in said, said
     assert "[wan] warmgate-wan2gp: stopping: SIGINT to wgp.py" in said
     assert "[wan] stopped (exit code 0)" in said, "the launcher's own clean exit"
+
+
+LAUNCH_CHECK_FAILED = "ValueError: When localhost is not accessible, a shareable link must be"
+
+
+async def test_a_wgp_that_dies_in_its_launch_check_once_is_started_again(tmp_path: Path) -> None:
+    config = wan2gp(tmp_path, EAGER_LOAD_MODEL="0", STANDIN_LAUNCH_CHECK_DIES=str(tmp_path / "x"))
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/config", headers={"Accept": "application/json"}) as resp:
+            assert resp.status == 200, await resp.text()
+        assert (tmp_path / "x").exists(), "the first start died in its launch check"
+        assert wg.runtime("wan").state.failures == 0
+
+
+async def test_a_wgp_that_always_dies_in_its_launch_check_fails_with_its_exception(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="warmgate.lifecycle")
+    config = wan2gp(tmp_path, EAGER_LOAD_MODEL="0", STANDIN_LAUNCH_CHECK_DIES="always")
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/config", headers={"Accept": "application/json"}) as resp:
+            assert resp.status == 503
+            error = (await resp.json())["error"]
+        assert error["code"] == "target_failed" and LAUNCH_CHECK_FAILED in error["message"]
+    said = [r.getMessage() for r in caplog.records if r.name == "warmgate.lifecycle"]
+    assert sum("started again (1 of 1)" in line for line in said) == 1, said
