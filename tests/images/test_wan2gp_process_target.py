@@ -80,7 +80,7 @@ async def test_the_launchers_own_stage_reaches_the_waiting_page(tmp_path: Path) 
         page = {"Accept": "text/html", "Sec-Fetch-Mode": "navigate"}
         async with client.get(wg.url + "/", headers=page) as resp:
             text = await resp.text()
-        assert f"Loading the model: loading {T2V}." in text.split("<script>")[0]
+        assert f"Loading the model. Loading {T2V}." in text.split("<script>")[0]
         async with client.get(wg.url + "/.warmgate/status/wan") as resp:
             status = await resp.json()
         assert status["stage_message"] == f"loading {T2V}" and status["progress"] is None
