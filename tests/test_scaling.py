@@ -45,6 +45,11 @@ CASES = [
         Act.RESTART,
     ),
     (
+        "starting, crashed, the waiting page open",
+        View(state(Phase.STARTING), CRASHED, S, now=5, wanted=True),
+        Act.RESTART,
+    ),
+    (
         "starting, crashed again, retries spent",
         View(state(Phase.STARTING, restarts=1), CRASHED, S, now=5, held=1),
         Act.FAIL,

@@ -24,8 +24,9 @@ class Act(enum.Enum):
     PROBE = "probe"
     """Ask the engine whether the workload is ready (weights resident)."""
     RESTART = "restart"
-    """Starting, and the workload exited before it was ever ready while requests are held:
-    started again at once (at most ``scaling.start_retries`` times a start)."""
+    """Starting, and the workload exited before it was ever ready while requests are held (or
+    the waiting page is open): started again at once (at most ``scaling.start_retries`` times a
+    start)."""
     FAIL = "fail"
     """The cold start failed; phase -> failed, held requests answered, backoff."""
     LOST = "lost"
@@ -307,7 +308,7 @@ def abandon_at(v: View) -> float:
 
 
 def _exited(v: View, now: float, deadline: float) -> Step:
-    """The workload exited during its start: started again while requests wait for it (a
+    """The workload exited during its start: started again while someone waits for it (a
     Gradio app can die in its own launch check on a loaded host, and start the next time), at
     most ``start_retries`` times; then failed, its own last error told."""
     state, obs = v.state, v.observation
@@ -315,7 +316,8 @@ def _exited(v: View, now: float, deadline: float) -> Step:
     failure = obs.failure or "the workload exited while starting"
     reason = failure if not said or said in failure else f"{failure}: {said}"
     tries = v.scaling.start_retries
-    if obs.crashed and v.held > 0 and state.restarts < tries and now < deadline:
+    waited = v.held > 0 or v.wanted  # a held request, or a person on the waiting page
+    if obs.crashed and waited and state.restarts < tries and now < deadline:
         again = f"{reason}; started again ({state.restarts + 1} of {tries})"
         return Step(Act.RESTART, reason=again)
     return Step(Act.FAIL, reason=reason, told=said)
