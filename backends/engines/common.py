@@ -272,7 +272,11 @@ class EngineBase:
         except PROBE_ERRORS:
             return False
         failure = None if ready else failure_of(body)
-        self._message[base_url] = "" if ready or failure is not None else message_of(body)
+        said = "" if ready or failure is not None else message_of(body)
+        if said:
+            self._message[base_url] = said
+        else:
+            self._message.pop(base_url, None)  # an endpoint per start: none kept for nothing
         if failure is not None:
             self._progress.pop(base_url, None)
             raise StartFailed(failure)
