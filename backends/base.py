@@ -66,11 +66,15 @@ class Observation:
     (``ErrImagePull``, ``CrashLoopBackOff``): it fails at once, not at ``cold_start_timeout``."""
     rollout: Rollout | None = None
     """The declared version against what runs, where the backend can tell (Kubernetes)."""
+    last_error: str | None = None
+    """With ``crashed``: the exception the workload's own output ended with (a child's last
+    traceback line on its stderr), what requests held for its start are told; ``None`` where it
+    printed none."""
 
     def __post_init__(self) -> None:
         # The door from a backend to the router: the words of a pod, a child or an API server
         # travel on as one bounded line, a progress only when it is one.
-        for name in ("failure", "degraded", "failure_reason"):
+        for name in ("failure", "degraded", "failure_reason", "last_error"):
             text = getattr(self, name)
             if text is not None:
                 object.__setattr__(self, name, one_line(text))
@@ -297,6 +301,23 @@ class ReportsProgress(Protocol):
 def load_progress(engine: Engine, base_url: str) -> float | None:
     """The engine's load progress at ``base_url`` as last probed, where it reports one."""
     return engine.load_progress(base_url) if isinstance(engine, ReportsProgress) else None
+
+
+@runtime_checkable
+class ReportsStageMessage(Protocol):
+    """What an :class:`Engine` whose readiness answer says in words where its start is offers
+    (a ``/readyz`` 503 with ``{"message": "loading wan2.1_t2v.safetensors"}``, as the Wan2GP
+    launcher's); ask through :func:`load_message`."""
+
+    def load_message(self, base_url: str) -> str:
+        """The words (one bounded line) the last readiness probe of ``base_url`` read; ``""``:
+        none."""
+        ...
+
+
+def load_message(engine: Engine, base_url: str) -> str:
+    """The engine's own words on its start at ``base_url`` as last probed, where it says any."""
+    return engine.load_message(base_url) if isinstance(engine, ReportsStageMessage) else ""
 
 
 @runtime_checkable

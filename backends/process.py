@@ -18,7 +18,7 @@ from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
 
 from backends.base import Observation, ObservationListener
-from backends.engines.common import engine_error
+from backends.engines.common import engine_error, raised_line
 from backends.outside import one_line
 from backends.specs import READY_PORT
 from backends.specs import ProcessBackend as ProcessSpec
@@ -35,6 +35,8 @@ PYTHON = ("python", "python3")
 interpreter."""
 STDERR_WAIT = 1.0
 """Seconds a child's exit waits for the rest of its stderr to be read, for its reason."""
+GROUP_POLL = 0.05
+"""Seconds between two looks at whether a stopped child's process group is empty yet."""
 LISTEN_POLL = 0.1
 """Seconds between two looks at whether a starting child listens on its port yet: the stage
 turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
@@ -260,7 +262,11 @@ class ProcessBackend:
         tail = "".join(f"\n  | {line}" for line in self.stderr_tail)  # never a record of its own
         reason = exit_reason(code, self.stderr_tail)
         log.warning("[%s] %s; last output:%s", self.target, reason, tail or " (none)")
-        self._set(Observation(failure=reason, crashed=True))
+        self._set(Observation(failure=reason, crashed=True, last_error=self.last_error()))
+
+    def last_error(self) -> str | None:
+        """The exception the child's stderr ended with (what held requests are told)."""
+        return raised_line(self.stderr_tail)
 
     async def scale_down(self, deadline: float | None = None) -> None:
         async with self._lock:
@@ -271,20 +277,26 @@ class ProcessBackend:
             self._set(Observation())
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM to the command alone first: a launcher that handles it stops its engine its
+        own way (the Wan2GP launcher sends wgp.py SIGINT, so its exit handlers run), which a
+        SIGTERM to the whole group would cut short. Once it exited, what is left of its group
+        gets SIGTERM; SIGKILL to the group once ``stop_grace`` is spent."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.spec.stop_grace
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        else:
-            try:
-                async with asyncio.timeout(self.spec.stop_grace):
-                    await proc.wait()
-            except TimeoutError:
-                log.warning(
-                    "[%s] still running %.0fs after SIGTERM: SIGKILL",
-                    self.target,
-                    self.spec.stop_grace,
-                )
+            async with asyncio.timeout_at(deadline):
+                await proc.wait()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)  # a shell's engine, a worker left over
+                    while True:  # until the group is empty (signal 0 finds no member)
+                        os.killpg(proc.pid, 0)
+                        await asyncio.sleep(GROUP_POLL)
+        except TimeoutError:
+            log.warning(
+                "[%s] still running %.0fs after SIGTERM: SIGKILL", self.target, self.spec.stop_grace
+            )
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()

@@ -62,7 +62,9 @@ class ProcessBackend(Frozen):
     env: Mapping[str, str] = Field(default_factory=dict)
     """Added to warmgate's own environment."""
     stop_grace: Duration = 30.0
-    """SIGTERM, then SIGKILL after this long: long enough for an engine to free its GPU cleanly."""
+    """SIGTERM to the command (then to what is left of its process group once it exited), SIGKILL
+    to the group after this long: long enough for an engine to free its GPU cleanly, and longer
+    than a launcher's own grace for its engine (the Wan2GP launcher's ``--stop-grace``, 25 s)."""
 
     @field_validator("command")
     @classmethod

@@ -370,3 +370,106 @@ async def test_a_child_that_listens_on_its_ready_port_is_loading() -> None:
         runtime.request_start()
         await wait_until(lambda: runtime.state.stage == "loading")
         assert runtime.state.phase is Phase.STARTING
+
+
+LAUNCH_CHECK_DIES = (
+    "import pathlib, socket, sys, time\n"
+    "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
+    "port, once, log = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])\n"
+    "with log.open('a') as f: f.write('start\\n')\n"
+    "if once == 'always' or not pathlib.Path(once).exists():\n"
+    "    pathlib.Path(once).touch()\n"
+    "    listening = socket.create_server(('127.0.0.1', port))\n"
+    "    time.sleep(0.2)  # Gradio's own launch check: HEAD / times out on a loaded host\n"
+    "    print('Traceback (most recent call last):', file=sys.stderr)\n"
+    "    print('  File \"gradio/blocks.py\", line 2570, in launch', file=sys.stderr)\n"
+    "    print('ValueError: When localhost is not accessible, a shareable link must be created.',"
+    " file=sys.stderr)\n"
+    "    print('shutting down', file=sys.stderr)\n"
+    "    sys.exit(1)\n"
+    "class Ready(BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()\n"
+    "        self.wfile.write(b'ok')\n"
+    "HTTPServer(('127.0.0.1', port), Ready).serve_forever()\n"
+)
+"""An app that dies in its own launch check while the file ``once`` is not there yet (it makes
+it first; ``always``: it dies every time), then starts; each start is a line of ``log``."""
+
+JSON = {"Accept": "application/json"}
+
+
+async def test_a_start_that_dies_in_its_launch_check_once_is_tried_again_for_held_requests(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    command = ["python", "-c", LAUNCH_CHECK_DIES, "{port}", str(tmp_path / "once"), str(runs)]
+    config = process_config(command, failure_backoff="10m")
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/", headers=JSON) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers.get("X-Warmgate-Cold-Start")
+        assert runs.read_text().count("start") == 2
+        assert wg.runtime().state.failures == 0
+        assert await metric_value(wg.admin, "warmgate_cold_starts_total", target="t") == 1
+
+
+async def test_a_start_that_always_dies_fails_with_its_exception_after_the_retries(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    command = ["python", "-c", LAUNCH_CHECK_DIES, "{port}", "always", str(runs)]
+    config = process_config(command, failure_backoff="10m", start_retries=2)
+    config["targets"]["t"]["backend"]["cwd"] = str(tmp_path)
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/", headers=JSON) as resp:
+            assert resp.status == 503
+            error = (await resp.json())["error"]
+        said = "ValueError: When localhost is not accessible, a shareable link must be created."
+        assert error["code"] == "target_failed" and said in error["message"], error
+        assert runs.read_text().count("start") == 3  # the first try and two more
+        state = wg.runtime().state
+        assert state.phase is Phase.FAILED and said in state.reason
+        assert "exited with code 1" in state.reason
+
+
+# A launcher like Wan2GP's: on SIGTERM it sends its engine SIGINT and waits for it, so the
+# engine's exit handlers run (Wan2GP's autosave of its queue is one).
+SIGINT_LAUNCHER = (
+    "import signal, subprocess, sys\n"
+    "engine = subprocess.Popen([sys.executable, '-c', sys.argv[1], *sys.argv[2:]])\n"
+    "signal.signal(signal.SIGTERM, lambda *_: engine.send_signal(signal.SIGINT))\n"
+    "sys.exit(engine.wait())\n"
+)
+ENGINE_WITH_ATEXIT = (
+    "import atexit, pathlib, signal, sys\n"
+    "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
+    "if sys.argv[3] == 'deaf': signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "atexit.register(lambda: pathlib.Path(sys.argv[2]).write_text('queue saved'))\n"
+    "class Ready(BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()\n"
+    "        self.wfile.write(b'ok')\n"
+    "pathlib.Path(sys.argv[2] + '.pid').write_text(str(__import__('os').getpid()))\n"
+    "HTTPServer(('127.0.0.1', int(sys.argv[1])), Ready).serve_forever()\n"
+)
+
+
+@pytest.mark.parametrize("engine", ["hears", "deaf"])
+async def test_a_launcher_stops_its_engine_its_own_way_before_the_group_is_killed(
+    tmp_path: Path, engine: str
+) -> None:
+    saved, pid_file = tmp_path / "autosave", tmp_path / "autosave.pid"
+    launcher = ["python", "-c", SIGINT_LAUNCHER, ENGINE_WITH_ATEXIT, "{port}", str(saved), engine]
+    config = process_config(launcher)
+    config["targets"]["t"]["backend"]["stop_grace"] = "1s"
+    async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+        async with client.get(wg.url + "/") as resp:
+            assert resp.status == 200
+        engine_pid = int(pid_file.read_text())
+        await wg.runtime().backend.scale_down()
+        assert not alive(engine_pid)
+    if engine == "hears":  # SIGINT from its launcher: its exit handlers ran
+        assert saved.read_text() == "queue saved"
+    else:  # it ignores SIGINT: killed with its group once stop_grace is spent
+        assert not saved.exists()

@@ -39,6 +39,31 @@ CASES = [
         Act.STAGE,
     ),
     ("starting, crashed", View(state(Phase.STARTING), CRASHED, S, now=5), Act.FAIL),
+    (
+        "starting, crashed, a request held",
+        View(state(Phase.STARTING), CRASHED, S, now=5, held=1),
+        Act.RESTART,
+    ),
+    (
+        "starting, crashed, the waiting page open",
+        View(state(Phase.STARTING), CRASHED, S, now=5, wanted=True),
+        Act.RESTART,
+    ),
+    (
+        "starting, crashed again, retries spent",
+        View(state(Phase.STARTING, restarts=1), CRASHED, S, now=5, held=1),
+        Act.FAIL,
+    ),
+    (
+        "starting, crashed, held past its timeout",
+        View(state(Phase.STARTING), CRASHED, S, now=300, held=1),
+        Act.FAIL,
+    ),
+    (
+        "starting, a failure it did not exit of",
+        View(state(Phase.STARTING), Observation(failure="ErrImagePull: no"), S, now=5, held=1),
+        Act.FAIL,
+    ),
     ("starting, too long", View(state(Phase.STARTING), UP, S, now=300, next_probe=400), Act.FAIL),
     ("ready, in flight", View(state(Phase.READY), UP, S, now=9999, idle_since=None), Act.WAIT),
     ("ready, idle 29m", View(state(Phase.READY), UP, S, now=1740, idle_since=0), Act.WAIT),
@@ -114,3 +139,13 @@ ENDPOINT_CASES = [
 )
 def test_decide_follows_the_backends_endpoints(name: str, view: View, act: Act) -> None:
     assert decide(view).act is act
+
+
+def test_a_start_that_exited_fails_with_its_own_last_error_told() -> None:
+    said = "ValueError: When localhost is not accessible, a shareable link must be created."
+    exited = Observation(failure="exited with code 1", crashed=True, last_error=said)
+    step = decide(View(state(Phase.STARTING, restarts=1), exited, S, now=5, held=1))
+    assert step.act is Act.FAIL and step.told == said
+    assert step.reason == f"exited with code 1: {said}"
+    again = decide(View(state(Phase.STARTING), exited, S, now=5, held=1))
+    assert again.act is Act.RESTART and said in again.reason and "1 of 1" in again.reason

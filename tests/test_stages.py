@@ -16,9 +16,10 @@ import pytest
 from aiohttp import web
 
 from backends.base import Observation
-from backends.engines.common import progress_of
+from backends.engines.common import message_of, progress_of
 from backends.kubernetes.observe import observe
 from backends.kubernetes.stages import label_selector, pod_stage, start_stage
+from backends.outside import ERROR_CHARS
 from backends.specs import KubernetesBackend as KubernetesSpec
 from router.config import Scaling
 from router.openai.budget import Budget, kept
@@ -157,6 +158,17 @@ def test_progress_shows_only_while_loading() -> None:
     assert stage_now(View(starting(), pulling, S, now=1))[0::2] == ("pulling", None)
 
 
+def test_the_engines_words_stand_while_the_backend_has_none_in_the_same_stage() -> None:
+    said = starting(stage="loading", stage_message="loading wan.safetensors")
+    up = Observation(running=True, endpoints=("http://p:1",), stage="loading")
+    assert stage_now(View(said, up, S, now=1))[1] == "loading wan.safetensors"
+    step = decide_step(View(said, up, S, now=1, next_probe=2, idle_since=0.0))
+    assert step.act is Act.WAIT, "no flapping between the engine's words and the backend's none"
+    early = dataclasses.replace(said, stage="starting")  # the launcher answered before its port
+    assert stage_now(View(early, up, S, now=1))[1] == "", "a new stage: the engine says again"
+    assert stage_now(View(said, PENDING, S, now=1))[1] == GPU_BUSY
+
+
 def test_a_start_nobody_waits_for_is_abandoned_after_abandon_after() -> None:
     state = starting(stage="unschedulable", stage_message=GPU_BUSY)
 
@@ -289,6 +301,16 @@ def test_a_readiness_body_carries_the_load_progress() -> None:
     assert progress_of(b'{"status": "loading", "progress": 0.25}') == 0.25
     for body in (b"{}", b"oops", b'{"progress": 2}', b'{"progress": true}', b"[0.5]"):
         assert progress_of(body) is None
+
+
+def test_a_readiness_body_carries_the_engines_words_as_one_bounded_line() -> None:
+    assert message_of(b'{"stage": "loading", "message": "loading a.safetensors"}') == (
+        "loading a.safetensors"
+    )
+    for body in (b"{}", b"oops", b'{"message": 3}', b'{"message": " "}', b'["message"]'):
+        assert message_of(body) == ""
+    hostile = message_of(b'{"message": "a\\nb\\u0000' + b"x" * 5000 + b'"}')
+    assert "\n" not in hostile and "\x00" not in hostile and len(hostile) <= ERROR_CHARS
 
 
 async def test_a_replica_reads_its_own_spend_back_and_counts_the_others_of_today(

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, ClassVar, Final
 
 import aiohttp
@@ -47,6 +47,18 @@ def progress_of(body: bytes) -> float | None:
     return number(data.get("progress"), 0.0, 1.0) if isinstance(data, dict) else None
 
 
+def message_of(body: bytes) -> str:
+    """The ``message`` of a JSON object body (``{"stage": "loading", "message": "loading
+    wan2.1_t2v.safetensors"}``) as one bounded line; ``""`` when there is none, or it is not
+    text."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    said = data.get("message") if isinstance(data, dict) else None
+    return one_line(said) if isinstance(said, str) and said.strip() else ""
+
+
 def readiness_at(readiness: Readiness, backend: object = None) -> Callable[[str], str]:
     """Where the readiness of the workload at a base URL is probed: ``readiness.port`` on the
     same host; ``{ready_port}``: where ``backend`` says (:class:`ChoosesReadyPort`)."""
@@ -78,8 +90,14 @@ def engine_error(text: str) -> str:
     if isinstance(data, str) and data.strip():
         text = data
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    raised = [line for line in lines if _RAISED.match(line)]
-    return one_line((raised or lines or ["(no body)"])[-1])
+    return one_line(raised_line(lines) or (lines or ["(no body)"])[-1])
+
+
+def raised_line(lines: Iterable[str]) -> str | None:
+    """The exception a traceback ends with (its last line, not its top), as one line; ``None``
+    where no line names an exception (a plain message says too little to be told)."""
+    raised = [line.strip() for line in lines if _RAISED.match(line.strip())]
+    return one_line(raised[-1]) if raised else None
 
 
 def failure_of(body: bytes) -> str | None:
@@ -172,6 +190,8 @@ class EngineBase:
         self._last_busy = False
         self._progress: dict[str, float] = {}
         """Load progress (0..1) by endpoint, from the last readiness answer that said one."""
+        self._message: dict[str, str] = {}
+        """The engine's words on its start by endpoint, from the last readiness answer."""
         self._queue: dict[str, int] = {}
         """The depth of the engine's own queue by endpoint, from the last busy poll that read
         one."""
@@ -241,8 +261,9 @@ class EngineBase:
 
     async def get_ready(self, base_url: str, path: str) -> bool:
         """True for a 200; any other answer whose JSON body carries ``progress`` (0..1, as a
-        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`; one that says
-        ``"stage": "failed"`` raises :class:`StartFailed` with its ``error``."""
+        ``/readyz`` 503 while the model loads) leaves it for :meth:`load_progress`, and its
+        ``message`` for :meth:`load_message`; one that says ``"stage": "failed"`` raises
+        :class:`StartFailed` with its ``error``."""
         url = self.ready_at(base_url) + path
         try:
             async with self.client().get(url, allow_redirects=False) as response:
@@ -251,6 +272,11 @@ class EngineBase:
         except PROBE_ERRORS:
             return False
         failure = None if ready else failure_of(body)
+        said = "" if ready or failure is not None else message_of(body)
+        if said:
+            self._message[base_url] = said
+        else:
+            self._message.pop(base_url, None)  # an endpoint per start: none kept for nothing
         if failure is not None:
             self._progress.pop(base_url, None)
             raise StartFailed(failure)
@@ -264,6 +290,10 @@ class EngineBase:
     def load_progress(self, base_url: str) -> float | None:
         """:class:`backends.base.ReportsProgress`: what the last readiness answer said."""
         return self._progress.get(base_url)
+
+    def load_message(self, base_url: str) -> str:
+        """:class:`backends.base.ReportsStageMessage`: what the last readiness answer said."""
+        return self._message.get(base_url, "")
 
     async def busy(self, base_url: str) -> bool:
         return False

@@ -167,6 +167,12 @@ class Scaling(Frozen):
     failure_backoff: Duration = 10.0
     """First wait after a failed cold start; doubles per failure up to ``failure_backoff_max``."""
     failure_backoff_max: Duration = 300.0
+    start_retries: Annotated[int, integer(0, 10)] = 1
+    """Times a start whose workload exited before it was ever ready is started again at once,
+    while requests are held for it or its waiting page is open (and within
+    ``cold_start_timeout``), before it fails. 1: a Gradio app that dies in its own launch check
+    on a loaded host (2 of 36 Wan2GP cold starts) gets a second try; a workload that always
+    dies fails one start later. 0: never."""
     expected_cold_start: Duration | None = None
     """Seconds a cold start is expected to take before warmgate has seen one of this target:
     the waiting page's first ETA and what the API policy predicts (``max_wait`` against it).

@@ -168,7 +168,8 @@ small{{color:#999}}
     stage.hidden = !s.stage_text;
     stage.textContent = s.stage_text ? s.stage_text.charAt(0).toUpperCase() +
       s.stage_text.slice(1) + (s.progress !== null ? " (" + Math.round(100 * s.progress) +
-      "%)" : "") + "." : "";
+      "%)" : "") + "." + (s.stage_message ? " " + s.stage_message.charAt(0).toUpperCase() +
+      s.stage_message.slice(1).replace(/[.]+$/, "") + "." : "") : "";
     document.getElementById("expect").textContent = s.expect_text;
     var pool = document.getElementById("pool");
     pool.hidden = !s.waiting_for;
@@ -215,13 +216,16 @@ continues by itself when it is ready."""
 
 
 def _stage_line(info: Mapping[str, object]) -> str:
-    """The stage in words, with the engine's load progress where it reports one."""
+    """The stage in words, with the engine's load progress where it reports one and the stage
+    in its own words (the engine's, the cluster's) where it says any."""
     text = str(info["stage_text"] or "")
     if not text:
         return ""
     progress = info["progress"]
     done = f" ({100 * progress:.0f}%)" if isinstance(progress, float) else ""
-    return f"{text[:1].upper()}{text[1:]}{done}."
+    said = str(info["stage_message"] or "").rstrip(".")
+    words = f" {said[:1].upper()}{said[1:]}." if said else ""
+    return f"{text[:1].upper()}{text[1:]}{done}.{words}"
 
 
 def _failed_text(info: Mapping[str, object]) -> str:

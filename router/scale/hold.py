@@ -104,6 +104,7 @@ def admission_error(
 
 def _failed(target: str, state: TargetState) -> str:
     """What a request held for a failed start is told: the engine's own reason, where its
-    readiness answer said why (a backend's failure stays in the log)."""
+    readiness answer said why, or the exception its process ended with (a backend's other
+    failures stay in the log)."""
     why = f": {state.told}" if state.told else ""
     return f"target {target!r} could not be started{why}; it is retried after a backoff"

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 
-from backends.base import Observation, StartFailed, load_progress, parking
+from backends.base import Observation, StartFailed, load_message, load_progress, parking
 from backends.outside import one_line
 from router.scale.accounting import ACCOUNTING_INTERVAL, Accounting
 from router.scale.coordination import Others
@@ -256,8 +256,10 @@ class Lifecycle:
                 await self._probe()
             except StartFailed as exc:  # the engine says why: no retry until the backoff
                 await self._start_failed(str(exc))
+        elif step.act is Act.RESTART:
+            await self._restart(step)
         elif step.act is Act.FAIL:
-            self.release.fail(step.reason)
+            self.release.fail(step.reason, told=step.told)
             await self.release.reap()
         elif step.act is Act.LOST:
             released = self.fencing.released()  # fenced: the leader released it
@@ -342,6 +344,20 @@ class Lifecycle:
         if step.act is Act.YIELD and rt.pool is not None and rt.state.phase is not Phase.READY:
             rt.metrics.pool_displacements.labels(rt.pool.name, rt.name, "stop").inc()
 
+    async def _restart(self, step: Step) -> None:
+        """The workload exited before it was ever ready, with requests held: started again at
+        once, on the same start's clock (``cold_start_timeout`` and the learned ETA count from
+        the first try)."""
+        rt = self.rt
+        log.warning("%s: %s", rt.name, step.reason)
+        self.next_probe = self.now
+        restarts = rt.state.restarts + 1
+        stage = {"stage": None, "stage_message": "", "progress": None}
+        self.machine.apply(Event.RESTART, step.reason, endpoints=(), restarts=restarts, **stage)
+        if not self.keda:
+            await self.release.reap()  # what is left of the child's group
+            await rt.backend.scale_up()
+
     async def _start_failed(self, reason: str) -> None:
         """The engine's readiness answer says its start (or wake) failed and will not succeed
         as it is: failed at once with its reason, rather than at ``cold_start_timeout``."""
@@ -394,7 +410,8 @@ class Lifecycle:
             return
         ready = await rt.engine.probe_ready(endpoint)
         if not (ready and rt.state.phase is Phase.STARTING and self._obs.endpoints):
-            self.starts.progressed(load_progress(rt.engine, endpoint))
+            said = load_message(rt.engine, endpoint)
+            self.starts.progressed(load_progress(rt.engine, endpoint), said)
             self.next_probe = self.now + rt.spec.readiness.interval
             return
         engine = parking(rt.engine) if self.adopted else None

@@ -39,6 +39,9 @@ class Event(enum.Enum):
     """The engine says its weights are resident, at a ready endpoint."""
     FOUND_PARKED = "found parked"
     """An adopted workload's engine says it is parked."""
+    RESTART = "restart"
+    """The workload exited during its start, never ready, with requests held: started again
+    at once (``scaling.start_retries``), the start's clock going on."""
     FAIL = "fail"
     """The start failed (or a park or wake that this replica may not turn into a stop)."""
     ABANDON = "abandon"
@@ -97,6 +100,7 @@ TABLE: Final[Mapping[tuple[Phase, Event], Phase | str]] = {
     (_C, Event.ADOPT): _S,
     (_D, Event.ADOPT): _S,  # KEDA kept (or brought back) the replica it was scaling down
     (_S, Event.STAGE): _S,
+    (_S, Event.RESTART): _S,
     (_S, Event.READY): _R,
     (_S, Event.FOUND_PARKED): _P,
     (_S, Event.FAIL): _F,
@@ -134,7 +138,7 @@ TABLE: Final[Mapping[tuple[Phase, Event], Phase | str]] = {
 }
 """(phase, event) -> next phase, or :data:`BACK`. A pair not here is a defect, raised."""
 
-IN_PLACE: Final = frozenset({Event.STAGE, Event.ENDPOINTS, Event.QUEUE})
+IN_PLACE: Final = frozenset({Event.STAGE, Event.RESTART, Event.ENDPOINTS, Event.QUEUE})
 """Events that change a snapshot's fields within its phase: its ``since`` stays."""
 
 
@@ -183,6 +187,8 @@ class Machine:
             changes.setdefault("stopping", False)  # a stop belongs to one drain
         if row is not Phase.FAILED:
             changes.setdefault("told", "")  # the words of one failure
+        if row is not Phase.STARTING:
+            changes.setdefault("restarts", 0)  # the tries of one start
         if row is not Phase.PARKED:
             changes.setdefault("parking", False)
             changes.setdefault("waking", False)

@@ -108,15 +108,16 @@ class Release:
             await rt.backend.scale_down()
         self.machine.apply(Event.ABANDON, f"start abandoned: {reason}", endpoints=())
 
-    def fail(self, reason: str, *, engine_said: bool = False) -> None:
+    def fail(self, reason: str, *, engine_said: bool = False, told: str = "") -> None:
         """A failed cold start (or a park or wake this replica may not stop): ``failed``, with
         the backoff before the next try. ``engine_said``: the reason is the engine's own
-        answer, which held requests are told too."""
+        answer, which held requests are told too; ``told``: else what they are told (the
+        workload's own last error)."""
         rt = self.rt
         failures, retry_at = failure(rt.state, rt.spec.scaling, self.now)
         wait = retry_at - self.now
         log.warning("%s: cold start failed (%s); next try in %.0fs", rt.name, reason, wait)
-        told = reason if engine_said else ""
+        told = reason if engine_said else told
         self.machine.apply(
             Event.FAIL, reason, endpoints=(), failures=failures, retry_at=retry_at, told=told
         )

@@ -23,6 +23,10 @@ class Act(enum.Enum):
     """Ask the backend to run the workload; phase -> starting."""
     PROBE = "probe"
     """Ask the engine whether the workload is ready (weights resident)."""
+    RESTART = "restart"
+    """Starting, and the workload exited before it was ever ready while requests are held (or
+    the waiting page is open): started again at once (at most ``scaling.start_retries`` times a
+    start)."""
     FAIL = "fail"
     """The cold start failed; phase -> failed, held requests answered, backoff."""
     LOST = "lost"
@@ -129,6 +133,8 @@ class Step:
     """PARK and YIELD: the idleness they need, checked again right before the engine is asked."""
     room_for: str = ""
     """PARK and YIELD that make room in a GPU pool: the target they make room for."""
+    told: str = ""
+    """FAIL: what the requests held for the start are told (the workload's own last error)."""
 
 
 OPERATOR_RELEASE = "released by an operator"
@@ -277,13 +283,16 @@ def _idle_release(v: View, now: float, why: str) -> Step:
 def stage_now(v: View) -> tuple[Stage | None, str, float | None]:
     """The stage a start is in, its message and the load progress: the backend's word; past
     its stages (or with endpoints to probe) and not ready yet: ``loading``, with the progress
-    the engine (or the backend) reported."""
+    and the words the engine (or the backend) reported."""
     obs, state = v.observation, v.state
     stage = obs.stage
     if stage is None and (obs.endpoints or state.stage is not None):
         stage = "loading"
     progress = obs.progress if obs.progress is not None else state.progress
-    return stage, obs.stage_message, progress if stage == "loading" else None
+    # The engine's own words (its readiness answer's) stand while the backend has none and the
+    # stage is the same: a new stage's words are the backend's, or the engine's next answer.
+    kept = state.stage_message if stage == state.stage else ""
+    return stage, obs.stage_message or kept, progress if stage == "loading" else None
 
 
 def abandon_at(v: View) -> float:
@@ -298,11 +307,27 @@ def abandon_at(v: View) -> float:
     return max(v.state.since, v.idle_since, v.last_wanted) + after
 
 
+def _exited(v: View, now: float, deadline: float) -> Step:
+    """The workload exited during its start: started again while someone waits for it (a
+    Gradio app can die in its own launch check on a loaded host, and start the next time), at
+    most ``start_retries`` times; then failed, its own last error told."""
+    state, obs = v.state, v.observation
+    said = obs.last_error or ""
+    failure = obs.failure or "the workload exited while starting"
+    reason = failure if not said or said in failure else f"{failure}: {said}"
+    tries = v.scaling.start_retries
+    waited = v.held > 0 or v.wanted  # a held request, or a person on the waiting page
+    if obs.crashed and waited and state.restarts < tries and now < deadline:
+        again = f"{reason}; started again ({state.restarts + 1} of {tries})"
+        return Step(Act.RESTART, reason=again)
+    return Step(Act.FAIL, reason=reason, told=said)
+
+
 def _starting(v: View, now: float) -> Step:
     state, obs = v.state, v.observation
-    if obs.crashed or obs.failure:
-        return Step(Act.FAIL, reason=obs.failure or "the workload exited while starting")
     deadline = state.since + v.scaling.cold_start_timeout
+    if obs.crashed or obs.failure:
+        return _exited(v, now, deadline)
     if now >= deadline:
         limit = v.scaling.cold_start_timeout
         return Step(Act.FAIL, reason=f"not ready after {limit:g}s")

@@ -73,9 +73,15 @@ class StageClock:
             Event.STAGE, stage=stage, stage_message=message, stage_since=since, progress=progress
         )
 
-    def progressed(self, progress: float | None) -> None:
-        """The engine's readiness answer carried its load progress (``None``: none)."""
+    def progressed(self, progress: float | None, message: str = "") -> None:
+        """The engine's readiness answer carried its load progress (``None``: none) or its
+        own words on where its start is (``""``: none)."""
         state = self.rt.state
-        loading = state.phase is Phase.STARTING and state.stage in (None, "loading")
-        if progress is not None and loading and progress != state.progress:
-            self.machine.apply(Event.STAGE, progress=progress)
+        if state.phase is not Phase.STARTING:
+            return
+        loading = state.stage in (None, "loading")
+        if progress is None or not loading:
+            progress = state.progress
+        message = message or state.stage_message
+        if (progress, message) != (state.progress, state.stage_message):
+            self.machine.apply(Event.STAGE, progress=progress, stage_message=message)

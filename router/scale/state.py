@@ -46,12 +46,16 @@ class TargetState:
     """While ``loading``: the engine's own load progress (0..1), where it reports one."""
     failures: int = 0
     """Consecutive failed cold starts; reset by a successful one."""
+    restarts: int = 0
+    """In ``starting``: times this start's workload was started again after it exited before
+    it was ever ready (``scaling.start_retries``)."""
     retry_at: float = 0.0
     """In ``failed``: loop time after which a new start may be tried."""
     told: str = ""
     """In ``failed``: what requests held for the start are told of why, the engine's own
-    reason where its readiness answer said failed; empty for a backend's failure (a command,
-    a pod), whose words stay in the log and on the operator's pages."""
+    reason where its readiness answer said failed, or the exception a child's stderr ended
+    with; empty for a backend's other failures (a command, a pod), whose words stay in the log
+    and on the operator's pages."""
     stopping: bool = False
     """In ``draining``: the stop has been issued, so a new request must wait for the next start."""
     parking: bool = False

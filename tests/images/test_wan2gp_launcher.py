@@ -140,13 +140,15 @@ async def test_eager_load_then_ready_then_a_clean_stop(launch: Any, tmp_path: Pa
     run = await launch(EAGER_LOAD_MODEL="1", WAN2GP_MODEL="t2v", WAN2GP_CHECKPOINTS=share)
     body = await run.until(lambda s, b: b["stage"] == "loading")
     assert run.seen[-1][0] == 503
-    assert body == {
+    assert body == {  # no progress: Wan2GP tells none, and a 0 would be read as one
         "stage": "loading",
-        "progress": 0.0,
         "loaded": [],
         "eager": True,
         "loading": [T2V],
+        "message": f"loading {T2V}",
     }
+    assert all("progress" not in b for _, b in run.seen)
+    assert all(b["message"] == "wgp.py starting" for _, b in run.seen if b["stage"] == "starting")
     config = run.config()
     assert config["preload_model_policy"] == ["P"]
     assert config["last_model_type"] == "t2v" and config["checkpoints_paths"] == [share]
@@ -189,6 +191,7 @@ async def test_two_files_are_reported_while_they_load(launch: Any, tmp_path: Pat
     run = await launch(EAGER_LOAD_MODEL="1", WAN2GP_MODEL="i2v_2_2", WAN2GP_CHECKPOINTS=share)
     body = await run.until(lambda s, b: len(b.get("loading", [])) == 2)
     assert body["loading"] == names
+    assert body["message"] == f"loading {names[1]} (file 2)"
     run.release_load()
     assert (await run.until(lambda s, b: s == 200))["loaded"] == names
 
@@ -210,7 +213,8 @@ async def test_ready_only_once_gradios_own_launch_check_is_over(launch: Any) -> 
     app answering is ``launching``; ``ready`` comes once the check is over."""
     run = await launch("--launch-check", "60")
     body = await run.until(lambda s, b: b.get("stage") == "launching")
-    assert body["progress"] == 0.0
+    assert "progress" not in body
+    assert body["message"] == "the app answers; Gradio's launch check runs"
     assert "its launch check runs" in run.output()
     status, body = await run.readyz() or (0, {})
     assert (status, body["stage"]) == (503, "launching"), "not ready while it may still check"
@@ -280,6 +284,18 @@ async def test_a_failure_is_said_for_failed_linger_then_the_launcher_exits(
     run.release_load()
     await run.until(lambda s, b: b["stage"] == "failed")
     assert await run.exit_code() == 1
+
+
+async def test_a_death_in_gradios_launch_check_exits_at_once_with_the_exception_last(
+    launch: Any,
+) -> None:
+    """After its app answered, wgp.py died in Gradio's own launch check (``HEAD /`` timed out on
+    a loaded host): no linger (a new start may pass it), the exception as the last line."""
+    run = await launch("--launch-check", "60", STANDIN_LAUNCH_CHECK_DIES="always")
+    await run.until(lambda s, b: b["stage"] == "launching")
+    assert await run.exit_code() == 1
+    last = run.output().rstrip().splitlines()[-1]
+    assert last.startswith("ValueError: When localhost is not accessible"), last
 
 
 async def test_a_download_refused_offline_is_said_in_its_own_words(

@@ -6,7 +6,9 @@ holds "P" loads that model at module level, printing ``Loading Model '<file>' ..
 raising ``Unable to locate file`` when a file is in none of ``checkpoints_paths``; only then does it
 open its web server on ``--server-port`` (``--listen``: all addresses), answering Gradio's
 ``/config``. SIGINT closes it, as Gradio's launch loop does. With ``STANDIN_DOWNLOAD`` and
-``HF_HUB_OFFLINE`` set it fails as Wan2GP's download of a missing file does offline.
+``HF_HUB_OFFLINE`` set it fails as Wan2GP's download of a missing file does offline. With
+``STANDIN_LAUNCH_CHECK_DIES`` (a file) it dies in Gradio's launch check, after its app answered,
+while that file is not there yet (it makes it first; ``always``: every time).
 
 The test holds the load until it creates ``release-load`` in the working directory, and finds
 the process id in ``wgp.pid``.
@@ -89,6 +91,13 @@ if "P" in server_config.get("preload_model_policy", []):
     load_models(transformer_type)
 
 
+LAUNCH_CHECK_FAILED = (
+    "ValueError: When localhost is not accessible, a shareable link must be created. Please set "
+    "share=True or check your proxy settings to allow access to localhost."
+)
+"""What Gradio's launch() raises when its own ``HEAD /`` check times out."""
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         status = 200 if self.path == "/config" else 404
@@ -108,6 +117,15 @@ host = "0.0.0.0" if args.listen else (args.server_name or "localhost")
 httpd = ThreadingHTTPServer((host, port), Handler)
 threading.Thread(target=httpd.serve_forever, daemon=True).start()
 print(f"* Running on local URL:  http://{host}:{port}", flush=True)
+dies = os.environ.get("STANDIN_LAUNCH_CHECK_DIES")
+if dies and (dies == "always" or not Path(dies).exists()):
+    if dies != "always":
+        Path(dies).touch()
+    time.sleep(0.5)  # answering /config meanwhile, as Gradio's app does during its check
+    print("Traceback (most recent call last):", file=sys.stderr, flush=True)
+    print('  File "gradio/blocks.py", line 2570, in launch', file=sys.stderr, flush=True)
+    print(LAUNCH_CHECK_FAILED, file=sys.stderr, flush=True)
+    sys.exit(1)
 try:
     while True:
         time.sleep(0.1)

@@ -12,7 +12,8 @@
    with wgp.py's last lines; ``/readyz`` answers ``503 {"stage": "failed", "error": ...}`` with
    the line that says why for ``--failed-linger`` more (or until SIGTERM), and the launcher
    exits with wgp.py's code (1 if that was 0): the container restarts, and ``/readyz`` was
-   never 200.
+   never 200. One that died in Gradio's launch check (after its app answered) exits at once,
+   the exception as its last line of stderr: a new start may well pass the check.
 
 Only the standard library: it runs in the engine's image, next to whatever Wan2GP installs.
 """
@@ -88,6 +89,8 @@ class Launcher:
         self.port = readiness.app_port(args.command, dict(os.environ))
         self.tail: deque[str] = deque(maxlen=20)
         self.proc: asyncio.subprocess.Process | None = None
+        self.in_launch = False
+        """wgp.py died after its app answered, before ready: in Gradio's own launch check."""
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -102,7 +105,7 @@ class Launcher:
         try:
             async with server:
                 code = await self.supervise(stop)
-                if self.state.stage == "failed" and not stop.is_set():
+                if self.state.stage == "failed" and not stop.is_set() and not self.in_launch:
                     await self.linger(stop)
                 return code
         finally:
@@ -142,11 +145,19 @@ class Launcher:
             say(f"wgp.py stopped (code {code})")
             return 0
         say(f"wgp.py exited with code {code} ({self.state.stage}); its last lines:")
+        self.in_launch = self.state.stage == "launching"
         why = readiness.failure_line(self.tail)
         why = readiness.offline_hint(why, self.settings.offline, self.folders)
         self.state = readiness.exited(self.state, code, why)
         for line in self.tail:
             say(f"  {line}")
+        if self.in_launch:
+            # Its launch check timed out on a loaded host: a new start may pass it. Exit at once
+            # (no linger) for whoever started it to start it again; the last line of stderr is
+            # the exception, as it is, for that supervisor to tell (warmgate's process backend).
+            say("it died in Gradio's launch check: exiting now, to be started again")
+            if why:
+                print(why, file=sys.stderr, flush=True)
         return code if code > 0 else 128 - code if code < 0 else 1
 
     async def pump(self) -> None:

@@ -84,16 +84,33 @@ def stopping(state: Readiness) -> Readiness:
     return replace(state, stage="stopping")
 
 
+def message(state: Readiness) -> str:
+    """Where the start is, in a person's words (what warmgate's waiting page shows)."""
+    if state.stage == "loading" and state.files:
+        count = f" (file {len(state.files)})" if len(state.files) > 1 else ""
+        return f"loading {state.files[-1]}{count}"
+    return {
+        "starting": "wgp.py starting",
+        "launching": "the app answers; Gradio's launch check runs",
+        "stopping": "stopping",
+    }.get(state.stage, "")
+
+
 def answer(state: Readiness) -> tuple[int, dict[str, Any]]:
-    """HTTP status and JSON body of ``GET /readyz``. Wan2GP reports no fraction of its load:
-    ``progress`` is 0 until the app answers, then 1."""
+    """HTTP status and JSON body of ``GET /readyz``. Wan2GP reports no fraction of its load,
+    so ``progress`` is said only once ready (1): a 0 while it loads would be read as one (a
+    bar standing still); ``message`` says where the start is."""
     ready = state.stage == "ready"
     body: dict[str, Any] = {
         "stage": state.stage,
-        "progress": 1.0 if ready else 0.0,
         "loaded": list(state.files) if ready else [],
         "eager": state.eager,
     }
+    if ready:
+        body["progress"] = 1.0
+    said = message(state)
+    if said:
+        body["message"] = said
     if state.stage == "loading":
         body["loading"] = list(state.files)
     if state.error is not None:
