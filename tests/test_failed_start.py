@@ -160,7 +160,8 @@ async def test_the_waiting_page_of_a_start_tried_again_after_a_failure_says_so(
             "command": [sys.executable, str(script), "{port}", str(tmp_path / "tried")],
         },
         "readiness": {"path": "/readyz", "interval": "50ms"},
-        "scaling": {"cold_start_timeout": "10m", "failure_backoff": "200ms"},
+        # no retry at once (scaling.start_retries): the failure is answered, then its backoff
+        "scaling": {"cold_start_timeout": "10m", "failure_backoff": "200ms", "start_retries": 0},
     }
     async with warmgate(one_target("t", spec)) as wg, aiohttp.ClientSession() as client:
         runtime = wg.runtime("t")
