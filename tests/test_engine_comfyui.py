@@ -247,7 +247,8 @@ async def test_reads_never_wake_a_cold_target_whatever_the_accept(
             async with client.get(wg.url + PREFIX + path, headers=headers) as r:
                 assert r.status == 503, path
                 if "text/html" in headers.get("Accept", ""):
-                    assert "comfy" in await r.text(), path  # the waiting page's words
+                    page = await r.text()  # the waiting page, saying the read wakes nothing
+                    assert "<b>comfy</b>" in page and "does not wake it" in page, path
         await asyncio.sleep(0.3)  # a start asked would show by now
         assert phase(wg) is Phase.COLD
         assert not wg.runtime("comfy").backend.observe().running
