@@ -313,6 +313,8 @@ class WaitingPages:
         wakes = runtime.engine.wakes(facts)
         if wakes:
             runtime.request_start(waiting=True)
+        elif runtime.state.phase is Phase.PARKED:
+            return None  # a read its parked process answers (or a wake under way) is held
         return render(runtime, reads=not wakes)
 
     async def handle(self, request: web.Request) -> web.Response:
