@@ -113,9 +113,11 @@ class PaddedHold:
             while chunk := await upstream.read():
                 await response.write(chunk)
                 sent += len(chunk)
+            await response.write_eof()
         except UpstreamFailure as exc:
             raise translate(exc, runtime, "body") from exc
+        except ConnectionResetError:
+            pass  # the client went away while it waited; the caller closes the exchange
         finally:
             runtime.m_bytes_out.inc(sent)
-        await response.write_eof()
         return response
