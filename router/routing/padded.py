@@ -70,8 +70,7 @@ class PaddedHold:
     async def stop(self) -> None:
         """No more padding: the hold ended, one way or the other."""
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await asyncio.wait((self._task,))  # its end, without taking this request's cancel
 
     def cancel(self) -> None:
         """No more padding, from a request that ends otherwise (never a task left behind)."""
