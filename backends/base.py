@@ -358,6 +358,24 @@ def stream_farewell(engine: object, path: str) -> bytes | None:
 
 
 @runtime_checkable
+class AnswersJson(Protocol):
+    """What an :class:`Engine` whose API clients read with a short read timeout offers
+    (``gradio_client``: httpx's 5 s for ``/config``, ``{api}/info`` and ``queue/join``, less than
+    any cold start): which requests it always answers with JSON, so that warmgate may begin the
+    answer of one held through a start and keep its client reading with whitespace; ask through
+    :func:`json_answer`."""
+
+    def json_answer(self, method: str, path: str) -> bool:
+        """The engine answers ``method path`` (the upstream path, no query) with a JSON body."""
+        ...
+
+
+def json_answer(engine: object, method: str, path: str) -> bool:
+    """The engine answers this request with JSON (:class:`AnswersJson`); False where unknown."""
+    return isinstance(engine, AnswersJson) and engine.json_answer(method, path)
+
+
+@runtime_checkable
 class ReportsQueue(Protocol):
     """What an :class:`Engine` that tells the depth of its own queue offers (ComfyUI's
     ``queue_remaining``, Gradio's ``queue_size``, vLLM's ``vllm:num_requests_waiting``); ask

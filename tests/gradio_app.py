@@ -9,6 +9,8 @@ fails). Two more of Wan2GP's ways, asked through the environment:
   keeping one more event id pending for the session, so Gradio never sends ``close_stream``.
 - ``GRADIO_APP_PAGE_WEIGHT=N``: a page as heavy to build as Wan2GP's: N hidden values in its
   config, copied by every ``GET /`` (and by ``HEAD /``, the launch check).
+- ``GRADIO_APP_START_DELAY=SECONDS``: that long before it listens, as an app that loads its
+  weights before ``launch()``: a cold start longer than any client's read timeout.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
+    time.sleep(float(os.environ.get("GRADIO_APP_START_DELAY", "0")))
     DEMO = build()
     DEMO.queue(default_concurrency_limit=4).launch(
         server_name="127.0.0.1", server_port=args.port, show_error=True, quiet=True

@@ -53,6 +53,9 @@ def build(load: float) -> web.Application:
             text="<html><body><h1>engine page</h1></body></html>", content_type="text/html"
         )
 
+    async def no_info(request: web.Request) -> web.Response:
+        return web.json_response({"detail": "Not Found"}, status=404)
+
     async def hello(request: web.Request) -> web.Response:
         return web.Response(text=f"pid {os.getpid()}")
 
@@ -65,6 +68,7 @@ def build(load: float) -> web.Application:
     app.router.add_get("/ws", ws)
     app.router.add_get("/page", page)
     app.router.add_get("/events", events)
+    app.router.add_get("/gradio_api/info", no_info)  # an app with no API description
     app.router.add_route("*", "/{tail:.*}", hello)
     return app
 

@@ -14,7 +14,15 @@ import aiohttp
 import pytest
 
 from router.scale.state import Phase
-from tests.helpers import ROOT, Running, demo_engine, one_target, wait_until, warmgate
+from tests.helpers import (
+    ROOT,
+    Running,
+    demo_engine,
+    metric_value,
+    one_target,
+    wait_until,
+    warmgate,
+)
 
 PREFIX = "/comfy"
 NAVIGATE = {"Accept": "text/html", "Sec-Fetch-Mode": "navigate"}
@@ -211,3 +219,37 @@ async def test_a_page_load_burst_at_a_cold_target_is_served_and_the_ui_works_und
             async with client.get(wg.url + PREFIX, headers=NAVIGATE) as r:
                 assert r.status == 200 and r.url.path == PREFIX + "/"
                 assert "<html" in (await r.text()).lower()
+
+
+READS = (
+    "/api/readyz",
+    "/object_info",
+    "/api/object_info",
+    "/api/queue",
+    "/history",
+    "/view?filename=a.png&type=output",
+    "/api/system_stats",
+)
+"""The engine's reads a tab, a monitor or a person's bookmark may ask of a cold target."""
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Accept": "text/html"}, NAVIGATE],
+    ids=["api", "accept-html", "navigation"],
+)
+async def test_reads_never_wake_a_cold_target_whatever_the_accept(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    config = comfy_config(tmp_path, waiting_page="auto")
+    async with warmgate(config, str(tmp_path)) as wg, aiohttp.ClientSession() as client:
+        for path in READS:
+            async with client.get(wg.url + PREFIX + path, headers=headers) as r:
+                assert r.status == 503, path
+                if "text/html" in headers.get("Accept", ""):
+                    page = await r.text()  # the waiting page, saying the read wakes nothing
+                    assert "<b>comfy</b>" in page and "does not wake it" in page, path
+        await asyncio.sleep(0.3)  # a start asked would show by now
+        assert phase(wg) is Phase.COLD
+        assert not wg.runtime("comfy").backend.observe().running
+        assert await metric_value(wg.admin, "warmgate_cold_starts_total", target="comfy") == 0

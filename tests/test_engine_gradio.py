@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from pathlib import Path
@@ -128,9 +129,47 @@ async def test_a_warmup_naming_no_endpoint_fails_with_gradios_own_words(tmp_path
     config = gradio_config(tmp_path, warmup={"api_name": "/load_model", "data": []})
     config["targets"]["wan"]["scaling"]["failure_backoff"] = "10m"
     async with warmgate(config, str(tmp_path)) as wg, aiohttp.ClientSession() as session:
-        async with session.get(wg.url + PREFIX + "/config") as resp:
+        async with session.get(wg.url + PREFIX + "/") as resp:
             assert resp.status == 503
         await wait_until(lambda: phase(wg) is Phase.FAILED, timeout=60)
         reason = wg.runtime("wan").state.reason
     assert "FnIndexInferError: Could not infer function index for API name: load_model" in reason
     assert "Traceback" not in reason and "File " not in reason, reason
+
+
+async def test_gradio_client_with_its_default_timeouts_through_cold_starts(tmp_path: Path) -> None:
+    """httpx's 5 s read timeout (``/config``, ``/info``, ``queue/join``) against cold starts
+    longer than that: Client() from cold, and predict() after an idle release, both succeed."""
+    backend = gradio_app(tmp_path, GRADIO_IS_E2E_TEST="1", GRADIO_APP_START_DELAY="6")
+    config = gradio_config(tmp_path, backend=backend)
+    async with warmgate(config, str(tmp_path)) as wg:
+        public = wg.url + PREFIX + "/"
+        app = await asyncio.to_thread(Client, public, download_files=False, verbose=False)
+        try:
+            first = await asyncio.to_thread(app.predict, "cat", 0.1, api_name="/generate")
+            assert first == "rendered cat (#1 in this session)"
+            await wait_until(lambda: phase(wg) is Phase.COLD, timeout=30)  # idle_after: 2 s
+            # queue/join to a cold target: held through a second cold start.
+            again = await asyncio.to_thread(app.predict, "dog", 0.1, api_name="/generate")
+            assert again.startswith("rendered dog")
+        finally:
+            await asyncio.to_thread(app.close)
+        assert await metric_value(wg.admin, "warmgate_cold_starts_total", target="wan") == 2
+
+
+async def test_a_held_config_whose_start_fails_is_an_error_never_an_answer(tmp_path: Path) -> None:
+    """``/config`` held past a second is answered 200 at once, led by whitespace; when the start
+    fails, the error follows the whitespace and the body never ends: no client takes it for a
+    config."""
+    config = gradio_config(tmp_path, warmup={"api_name": "/load_model", "data": []})
+    config["targets"]["wan"]["scaling"]["failure_backoff"] = "10m"
+    async with warmgate(config, str(tmp_path)) as wg, aiohttp.ClientSession() as session:
+        got = b""
+        async with session.get(wg.url + PREFIX + "/config") as resp:
+            assert resp.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                async for chunk in resp.content.iter_any():
+                    got += chunk
+        assert phase(wg) is Phase.FAILED
+    error = json.loads(got)["error"]  # whitespace first, then the error
+    assert error["code"] == "target_failed" and "load_model" in error["message"], error

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from backends.base import RequestFacts, StartFailed, load_progress, websocket_again
+from backends.base import (
+    RequestFacts,
+    StartFailed,
+    json_answer,
+    load_progress,
+    websocket_again,
+)
 from backends.engines.comfyui import ComfyUIEngine, api_route, history_outcome, prompt_error
 from backends.engines.common import Warmup, WarmupFailed, engine_error, failure_of
 from backends.engines.gradio import GradioEngine, sse_events
@@ -337,3 +343,24 @@ def test_an_engines_error_keeps_its_meaningful_line() -> None:
     assert engine_error("plain words\nthe last ones") == "the last ones"
     assert engine_error("") == "(no body)"
     assert len(engine_error("x" * 1000)) == 300
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "json"),
+    [
+        ("GET", "/config", True),
+        ("GET", "/gradio_api/info", True),
+        ("POST", "/gradio_api/queue/join", True),
+        ("POST", "/gradio_api/upload", True),
+        ("POST", "/gradio_api/call/generate", True),
+        ("GET", "/gradio_api/call/generate/abc", False),  # the job's stream
+        ("POST", "/gradio_api/call/", False),
+        ("GET", "/gradio_api/queue/data", False),
+        ("GET", "/gradio_api/heartbeat/s", False),
+        ("GET", "/", False),
+        ("POST", "/config", False),
+    ],
+)
+def test_gradio_names_what_it_answers_with_json(method: str, path: str, json: bool) -> None:
+    assert json_answer(GRADIO, method, path) is json
+    assert not json_answer(COMFY, method, path)

@@ -151,8 +151,13 @@ async def test_a_queue_stream_is_busy_only_while_a_job_it_carries_runs(
             assert (shown["in_flight"], shown["streams"]) == (0, 1)
             assert shown["idle_seconds"] is not None
             await wait_until(lambda: phase(wg) is Phase.COLD, timeout=30)
-            with contextlib.suppress(aiohttp.ClientPayloadError):
-                await asyncio.wait_for(idle_stream, 10)  # ended at the release
+            # Ended at the release with Gradio's own last word, its body ended cleanly.
+            await asyncio.wait_for(idle_stream, 10)
+            assert idle[-1]["msg"] == "close_stream"
+        errors = await metric_value(
+            wg.admin, "warmgate_upstream_errors_total", target="wan", kind="reset"
+        )
+        assert errors == 0
 
 
 async def test_a_heartbeat_open_across_a_release_counts_no_upstream_reset(
@@ -171,6 +176,28 @@ async def test_a_heartbeat_open_across_a_release_counts_no_upstream_reset(
                 with contextlib.suppress(aiohttp.ClientPayloadError):
                     async for _ in response.content.iter_any():
                         pass  # until the release ends it
+        await wait_until(lambda: phase(wg) is Phase.COLD, timeout=30)
+        errors = await metric_value(
+            wg.admin, "warmgate_upstream_errors_total", target="wan", kind="reset"
+        )
+        assert errors == 0
+
+
+async def test_a_queue_stream_of_no_session_ends_with_close_stream_and_no_reset(
+    tmp_path: Path,
+) -> None:
+    """A tab's ``queue/data`` stream for a session Gradio does not know (a tab of a process that
+    is gone): Gradio 5.50 answers an ``unexpected_error`` and drops the connection without the
+    end of its chunked body. The client reads Gradio's ``close_stream`` after it and a clean
+    end, and no ``reset`` is counted against the engine, then or at the release."""
+    async with warmgate(config(tmp_path, sys.executable), str(tmp_path)) as wg:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{wg.url}{PREFIX}/config", timeout=120) as response:
+                app = await response.json()
+            url = f"{wg.url}{PREFIX}{app['api_prefix']}/queue/data?session_hash=nobody"
+            seen: list[dict[str, Any]] = []
+            await messages(http, url, seen, until="close_stream")  # a cut body raises here
+            assert seen[-1]["msg"] == "close_stream"
         await wait_until(lambda: phase(wg) is Phase.COLD, timeout=30)
         errors = await metric_value(
             wg.admin, "warmgate_upstream_errors_total", target="wan", kind="reset"

@@ -186,11 +186,13 @@ async def test_reads_to_a_parked_target_are_answered_by_its_process(tmp_path: Pa
             reads = ["/history", f"/history/{prompt_id}", "/queue", "/object_info",
                      "/system_stats", "/api/queue"]  # fmt: skip
             for path in reads:
-                async with client.get(url + path) as resp:
-                    assert resp.status == 200, (path, resp.status, await resp.text())
-            async with client.get(url + "/view", params=image) as resp:
-                assert resp.status == 200 and resp.content_type == "image/png"
-                assert (await resp.read()).startswith(b"\x89PNG")
+                for headers in ({}, PAGE):  # opened in a tab too: answered, not a page
+                    async with client.get(url + path, headers=headers) as resp:
+                        assert resp.status == 200, (path, resp.status, await resp.text())
+            for headers in ({}, PAGE):
+                async with client.get(url + "/view", params=image, headers=headers) as resp:
+                    assert resp.status == 200 and resp.content_type == "image/png"
+                    assert (await resp.read()).startswith(b"\x89PNG")
             assert [s.phase for s in seen] == [], "no wake, no phase change"
             assert parked(runtime)
             assert runtime.activity.last_request == idle_since, "no activity: released in time"

@@ -124,3 +124,15 @@ def test_where_the_events_fed_end() -> None:
     assert parser.between_events
     parser.feed(b'data: {"msg": "heart')
     assert not parser.between_events
+
+
+def test_the_streams_last_word_is_known_and_whether_it_was_close_stream() -> None:
+    jobs = Jobs()
+    jobs.feed("estimation", "a")
+    jobs.feed("heartbeat", None)
+    jobs.feed("unexpected_error", "a")  # a job's error: the stream goes on
+    assert (jobs.over, jobs.closed) == (False, False)
+    jobs.feed("unexpected_error", None)  # Gradio's stream error: its last word
+    assert (jobs.over, jobs.closed) == (True, False)
+    jobs.feed("close_stream", None)
+    assert (jobs.over, jobs.closed) == (True, True)

@@ -44,3 +44,16 @@ async def test_browser_waits_on_the_page_then_lands_on_the_demo_ui() -> None:
         await page.click("#render")
         await page.wait_for_selector("#final[src*='view']", timeout=30_000)
         await asyncio.sleep(0)
+
+
+async def test_a_read_opened_in_a_tab_says_it_wakes_nothing_and_starts_nothing() -> None:
+    config = demo_config(1)
+    target = config["targets"]["demo"]  # type: ignore[index]
+    target["engine"] = "comfyui"
+    target["readiness"] = {"path": "/system_stats", "interval": "100ms"}
+    async with warmgate(config) as wg, chromium() as page:
+        response = await page.goto(wg.url + "/object_info")
+        assert response is not None and response.status == 503
+        # Its script ran at load (it shows the status it was given) and kept the words.
+        assert "does not wake it" in (await page.locator("#phase").text_content() or "")
+        assert wg.runtime("demo").state.phase.value == "cold"

@@ -10,7 +10,8 @@
   frames are not activity (the queue is the busy signal).
 - **Wakes**: a page load, a frontend asset, ``POST /prompt`` and ``POST /upload/...``; not the
   API reads a tab makes in the background (``/queue``, ``/history``, ``/system_stats``,
-  ``/object_info``, ``/view``, ...) nor its websocket reconnecting.
+  ``/object_info``, ``/view``, ..., and their ``/api/`` aliases), even asked with ``Accept:
+  text/html`` (a browser gets the waiting page, no start), nor its websocket reconnecting.
 - **Parks** (``park: auto``): ``POST /free`` with ``{"unload_models": true, "free_memory":
   true}`` (ComfyUI unloads its models and frees the cache); waking needs no call, the models load
   on the next prompt, and with ``warmup_workflow`` the warm-up runs again on every wake.
@@ -32,6 +33,7 @@ from yarl import URL
 from backends.base import RequestFacts, StreamActivity
 from backends.engines.common import (
     PROBE_ERRORS,
+    SAFE_METHODS,
     WARMUP_REQUEST_TIMEOUT,
     EngineBase,
     Warmup,
@@ -175,6 +177,11 @@ class ComfyUIEngine(EngineBase):
         if depth is None:
             self.refused(base_url, "queue_remaining", said)
         return self.heard_queue(base_url, depth)
+
+    def is_read(self, facts: RequestFacts) -> bool:
+        # Every API route (its /api/ alias too: /api/readyz, the node's) read with a GET: a
+        # tab's background poll, a monitor, a bookmark; the frontend's files are pages.
+        return facts.method in SAFE_METHODS and api_route(facts.path) is not None
 
     def request_wakes(self, facts: RequestFacts) -> bool:
         route = api_route(facts.path)

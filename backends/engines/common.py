@@ -323,9 +323,12 @@ class EngineBase:
 
     def wakes(self, facts: RequestFacts) -> bool:
         """Websockets never wake (an idle tab reconnects forever); ``wake_on: none`` nothing;
-        nor a probe (:meth:`is_probe`); page loads always; ``wake_on: navigation`` no other
-        read; the rest: the engine's rule."""
-        if facts.is_websocket or self.wake_on == "none" or self.is_probe(facts):
+        nor a probe (:meth:`is_probe`) or one of the engine's reads (:meth:`is_read`), whatever
+        the ``Accept``; page loads always; ``wake_on: navigation`` no other read; the rest: the
+        engine's rule."""
+        if facts.is_websocket or self.wake_on == "none":
+            return False
+        if self.is_probe(facts) or self.is_read(facts):
             return False
         if facts.is_navigation:
             return True
@@ -342,6 +345,12 @@ class EngineBase:
             return False
         path = facts.path.split("?", 1)[0].rstrip("/") or "/"
         return path in PROBE_PATHS or (self._explicit_ready_path and path == self.ready_path)
+
+    def is_read(self, facts: RequestFacts) -> bool:
+        """One of the engine's API reads (ComfyUI's ``/object_info``, ``/api/queue``): answered
+        as a probe is, never a start, even opened in a browser tab (``Accept: text/html``
+        makes it look like a page load). None here: an engine's pages are its paths."""
+        return False
 
     def request_wakes(self, facts: RequestFacts) -> bool:
         """The engine's own rule for a request that is neither a websocket nor a page load."""

@@ -24,6 +24,10 @@
 - **Wakes**: anything but a websocket, a heartbeat reconnecting, or a ``queue/data`` stream (a
   session of a process that is gone); so ``gradio_client`` (which starts with ``GET /config``)
   wakes a cold target and is held through the cold start.
+- **Answers JSON** to ``gradio_client``'s calls made with httpx's 5 s read timeout
+  (``/config``, ``{api}/info``, ``upload``, ``queue/join``, ``call/<api_name>``): held through
+  a start, their answer begins at once and whitespace keeps the client reading
+  (router/routing/padded.py).
 
 ``{api}`` is the app's ``api_prefix`` from ``/config`` (``/gradio_api`` since Gradio 5).
 """
@@ -179,3 +183,18 @@ class GradioEngine(EngineBase):
 
     def stream_farewell(self, path: str) -> bytes | None:
         return CLOSE_STREAM if is_queue_stream(path) else None
+
+    def json_answer(self, method: str, path: str) -> bool:
+        """What ``gradio_client`` asks with httpx's 5 s read timeout: the app's config, its API
+        description, a file's upload, a job's submission (``queue/join``, ``call/<api_name>``);
+        not the streams, which it reads without one."""
+        path = path.rstrip("/")
+        api = self.api_prefix
+        if method == "GET":
+            return path in ("/config", f"{api}/info")
+        if method != "POST":
+            return False
+        call = path.removeprefix(f"{api}/call/")
+        if call != path:
+            return bool(call) and "/" not in call
+        return path in (f"{api}/queue/join", f"{api}/upload")

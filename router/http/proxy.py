@@ -248,8 +248,12 @@ async def respond(
         pass  # the client went away; the caller's close() ends the upstream exchange
     except UpstreamFailure as exc:
         # A stream warmgate did not get to close before its own stop (a Gradio tab's heartbeat
-        # when the leader of several replicas stops first): ended by warmgate all the same.
-        ended = ended or runtime.stopped_by_warmgate
+        # when the leader of several replicas stops first): ended by warmgate all the same; or
+        # one the engine dropped after its own last word (Gradio's stream error): its end.
+        said_last = watch is not None and watch.jobs.over
+        ended = ended or runtime.stopped_by_warmgate or said_last
+        if said_last and watch is not None and watch.jobs.closed:
+            farewell = None  # the engine's own close_stream came already
         if ended and (response.chunked or length is None):
             # A terminating chunk (or the end of the connection): a clean end, no error.
             with contextlib.suppress(ConnectionResetError):

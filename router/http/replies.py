@@ -40,6 +40,11 @@ AGAIN_AFTER: Final = 5
 loads itself again, where the error names no ``Retry-After`` of its own."""
 
 
+def error_payload(error: RequestError) -> dict[str, dict[str, str | None]]:
+    """The JSON body of an error reply."""
+    return {"error": {"code": error.code, "message": error.message, "target": error.target}}
+
+
 def error_response(request: web.BaseRequest, error: RequestError) -> web.Response:
     headers = {"Cache-Control": "no-store"}
     if error.retry_after is not None:
@@ -63,10 +68,9 @@ def error_response(request: web.BaseRequest, error: RequestError) -> web.Respons
         return web.Response(
             status=error.status, text=body, content_type="text/html", headers=headers
         )
-    payload = {"error": {"code": error.code, "message": error.message, "target": error.target}}
     return web.Response(
         status=error.status,
-        text=json.dumps(payload),
+        text=json.dumps(error_payload(error)),
         content_type="application/json",
         headers=headers,
     )

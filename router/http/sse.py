@@ -124,9 +124,17 @@ class Jobs:
 
     def __init__(self) -> None:
         self.running: set[str] = set()
+        self.over = False
+        """The engine said the stream's last word (``close_stream``, ``server_stopped``, an
+        ``unexpected_error`` of no job: Gradio 5.50 answers a session it does not know so,
+        then drops the connection without the body's end)."""
+        self.closed = False
+        """That word was ``close_stream`` itself: the page needs no other."""
 
     def feed(self, msg: str, event_id: str | None) -> tuple[int, int]:
         if msg in self.ENDS_ALL or (msg == "unexpected_error" and event_id is None):
+            self.over = True
+            self.closed = self.closed or msg == "close_stream"
             return 0, self.end()
         if event_id is None or msg == "heartbeat":
             return 0, 0

@@ -13,10 +13,10 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 from aiohttp.web_urldispatcher import _default_expect_handler
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from backends.base import RequestFacts
+from backends.base import RequestFacts, json_answer
 from router.config import logged_path
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError, UpstreamError
 from router.http.bridge import forward_websocket
@@ -29,6 +29,7 @@ from router.http.websocket import handshake_refusal, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
+from router.routing.padded import PaddedHold
 from router.routing.paths import normalize_path
 from router.scale.hold import HoldResult
 from router.scale.state import Phase, TargetState
@@ -108,6 +109,7 @@ class Dispatcher:
         started = self.loop.time()
         runtime: TargetRuntime | None = None
         response: web.StreamResponse | None = None
+        padded: PaddedHold | None = None
         try:
             runtime, match = self._route(request)
             if match.redirect is not None:
@@ -130,11 +132,22 @@ class Dispatcher:
                 if page is not None:
                     response = page
                     return response
-                state, cold_wait = _ready(
-                    await runtime.acquire(
-                        self._facts(request, match, websocket), paced=not is_asset(request)
+                if not websocket and json_answer(
+                    runtime.engine, request.method, match.upstream_path
+                ):
+                    padded = PaddedHold(request)  # its client may read with a short timeout
+                try:
+                    state, cold_wait = _ready(
+                        await runtime.acquire(
+                            self._facts(request, match, websocket), paced=not is_asset(request)
+                        )
                     )
-                )
+                except BaseException as exc:
+                    if padded is not None:
+                        await padded.stop()
+                        if isinstance(exc, RequestError):
+                            await padded.fail(exc)
+                    raise
             if websocket:  # accounted when it ends, however it ends
                 response = await self._websocket(request, runtime, state, match, cold_wait, started)
                 return response
@@ -143,6 +156,10 @@ class Dispatcher:
             # To a parked target (a read it answers without its GPU): in flight, so it is not
             # released under the read, but no activity that keeps it from its release.
             with runtime.in_flight(counts=state.phase is not Phase.PARKED) as in_flight:
+                if padded is not None:
+                    await padded.stop()
+                    if not padded.began:
+                        padded = None
                 # send() and respond() rather than forward(): while the upstream thinks, this
                 # frame is the only one of ours.
                 try:
@@ -151,7 +168,7 @@ class Dispatcher:
                         runtime,
                         self.sessions[runtime.name],
                         ep,
-                        self._head(request, ep, match, end),
+                        self._head(request, ep, match, end, identity=padded is not None),
                         body,
                         chunked,
                     )
@@ -166,7 +183,7 @@ class Dispatcher:
                             runtime,
                             self.sessions[runtime.name],
                             ep,
-                            self._head(request, ep, match, end),
+                            self._head(request, ep, match, end, identity=padded is not None),
                             body,
                             chunked,
                         )
@@ -174,9 +191,12 @@ class Dispatcher:
                         exchange.check()
                     except UpstreamFailure as exc:
                         raise translate(exc, runtime, "headers") from exc
-                    response = await respond(
-                        request, runtime, exchange, match.upstream_path, cold_wait, in_flight
-                    )
+                    if padded is not None:  # its answer began: the engine's body follows it
+                        response = await padded.finish(runtime, exchange)
+                    else:
+                        response = await respond(
+                            request, runtime, exchange, match.upstream_path, cold_wait, in_flight
+                        )
                 finally:
                     exchange.close()
             return response
@@ -186,6 +206,8 @@ class Dispatcher:
         finally:
             # However the request ends: answered, refused, or cut short (the handler is
             # cancelled when its client goes away, in the middle of a stream too).
+            if padded is not None:
+                padded.cancel()
             self._account(request, runtime, started, response)
 
     async def expect(self, request: web.Request) -> web.StreamResponse | None:
@@ -267,16 +289,25 @@ class Dispatcher:
             return None
         return self.waiting_page(request, runtime, self._facts(request, match, websocket))
 
-    def _head(self, request: web.Request, ep: Endpoint, match: Match, end: bytes) -> bytes:
+    def _head(
+        self, request: web.Request, ep: Endpoint, match: Match, end: bytes, identity: bool = False
+    ) -> bytes:
+        """``identity``: the engine is asked for its body as it is (no ``Accept-Encoding``),
+        to follow the whitespace of an answer that began (router/routing/padded.py)."""
         raw = request.raw_path
         mark = raw.find("?")
         query = raw[mark:] if mark >= 0 else ""
         prefix = match.entry.prefix if match.entry.strip_prefix else None
         transport = request.transport
         peer = transport.get_extra_info("peername") if transport is not None else None
+        headers = request.headers
+        if identity and "Accept-Encoding" in headers:
+            plain = CIMultiDict(headers)
+            del plain["Accept-Encoding"]
+            headers = CIMultiDictProxy(plain)
         return upstream_request_head(
             f"{request.method} {ep.prefix}{match.upstream_path}{query} HTTP/1.1\r\n",
-            request.headers,
+            headers,
             client_ip=peer[0] if peer else None,
             scheme=_scheme(request),
             prefix=prefix.rstrip("/") if prefix else None,

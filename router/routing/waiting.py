@@ -186,7 +186,8 @@ small{{color:#999}}
     document.getElementById("times").hidden = failed;
     if (s.bar !== null) {{ document.getElementById("fill").style.width = s.bar + "%"; }}
     document.getElementById("phase").textContent = !failed ?
-      (s.parked ? words.waking : s.retrying ? words.retrying : words.starting) :
+      (s.phase === "cold" && words.reads ? words.asleep :
+        s.parked ? words.waking : s.retrying ? words.retrying : words.starting) :
       "The workload failed to start: " + s.failure.replace(/[ .]+$/, "") +
       ". warmgate tries again" +
       (s.retry_in ? " in " + Math.ceil(s.retry_in) + " s." : ".");
@@ -213,6 +214,9 @@ _WAKING = """The GPU workload was parked: its model left the card for others, it
 It is loading the model back now (about a second); this page continues by itself."""
 _RETRYING = """The GPU workload's last start failed; warmgate is starting it again now. This page
 continues by itself when it is ready."""
+_ASLEEP = """The GPU workload is asleep to leave the card free for others, and this address only
+reads from it: it does not wake it. Open the app's own page to start it; this page continues by
+itself once it is ready."""
 
 
 def _stage_line(info: Mapping[str, object]) -> str:
@@ -243,7 +247,9 @@ ICON = (
 ``/favicon.ico``, a request held through the start for every tab that waits."""
 
 
-def render(runtime: TargetRuntime) -> web.Response:
+def render(runtime: TargetRuntime, reads: bool = False) -> web.Response:
+    """``reads``: the request only reads from the engine, and started nothing (it says so while
+    the target stays cold)."""
     info = status(runtime)
     eta = float(info["eta"])  # type: ignore[arg-type]
     elapsed = float(info["elapsed"])  # type: ignore[arg-type]
@@ -254,6 +260,8 @@ def render(runtime: TargetRuntime) -> web.Response:
     name = html.escape(runtime.name)
     verb = "Waking" if info["parked"] else "Starting"
     text = _WAKING if info["parked"] else _RETRYING if info["retrying"] else _STARTING
+    if reads and info["phase"] == "cold":
+        text = _ASLEEP
     body = _PAGE.format(
         title=f"{name} failed to start" if failed else f"{verb} {name}…",
         icon=ICON,
@@ -273,9 +281,15 @@ def render(runtime: TargetRuntime) -> web.Response:
         elapsed=f"{elapsed:.0f}",
         phase=html.escape(str(info["phase"])),
         status_json=dumps(info).replace("<", "\\u003c"),
-        words_json=dumps({"starting": _STARTING, "waking": _WAKING, "retrying": _RETRYING}).replace(
-            "<", "\\u003c"
-        ),
+        words_json=dumps(
+            {
+                "starting": _STARTING,
+                "waking": _WAKING,
+                "retrying": _RETRYING,
+                "asleep": _ASLEEP,
+                "reads": reads,
+            }
+        ).replace("<", "\\u003c"),
     )
     retry = max(1, math.ceil(min(eta - elapsed, 10.0))) if eta > elapsed else 2
     return web.Response(
@@ -312,9 +326,12 @@ class WaitingPages:
     ) -> web.StreamResponse | None:
         if runtime.spec.waiting_page != "auto" or not facts.is_navigation or facts.is_websocket:
             return None
-        if runtime.engine.wakes(facts):
+        wakes = runtime.engine.wakes(facts)
+        if wakes:
             runtime.request_start(waiting=True)
-        return render(runtime)
+        elif runtime.state.phase is Phase.PARKED:
+            return None  # a read its parked process answers (or a wake under way) is held
+        return render(runtime, reads=not wakes)
 
     async def handle(self, request: web.Request) -> web.Response:
         """``/.warmgate/status/<target>``: the phase, for the page's polling. Never forwarded;
