@@ -62,6 +62,10 @@ class Observation:
     (``ErrImagePull``, ``CrashLoopBackOff``): it fails at once, not at ``cold_start_timeout``."""
     rollout: Rollout | None = None
     """The declared version against what runs, where the backend can tell (Kubernetes)."""
+    probe_only: tuple[str, ...] = ()
+    """Base URLs of workloads that run but are not ready (a pod whose readiness probe fails):
+    while a start waits, the engine's readiness is asked there for its own words (a failed
+    load, its progress), as the kubelet asks it. Never served: only ``endpoints`` are."""
 
     def __post_init__(self) -> None:
         # The door from a backend to the router: the words of a pod, a child or an API server
