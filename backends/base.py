@@ -70,6 +70,10 @@ class Observation:
     """With ``crashed``: the exception the workload's own output ended with (a child's last
     traceback line on its stderr), what requests held for its start are told; ``None`` where it
     printed none."""
+    probe_only: tuple[str, ...] = ()
+    """Base URLs of workloads that run but are not ready (a pod whose readiness probe fails):
+    while a start waits, the engine's readiness is asked there for its own words (a failed
+    load, its progress), as the kubelet asks it. Never served: only ``endpoints`` are."""
 
     def __post_init__(self) -> None:
         # The door from a backend to the router: the words of a pod, a child or an API server

@@ -326,6 +326,18 @@ async def test_readyz_only_after_load(aiohttp_client: AiohttpClient, config: Eng
     assert await resp.json() == {"status": "ready"}
 
 
+async def test_a_failed_load_says_failed_as_the_readyz_node_does(
+    aiohttp_client: AiohttpClient, config: EngineConfig, tmp_path: Path
+) -> None:
+    (tmp_path / "not-a-dir").write_text("")  # the checkpoint cannot be made under a file
+    broken = dataclasses.replace(config, checkpoint_path=tmp_path / "not-a-dir" / "ckpt.bin")
+    client = await aiohttp_client(build_app(broken))
+    answer = await poll(lambda: get_json(client, "/readyz"), lambda a: a["stage"] != "loading")
+    assert answer["stage"] == "failed" and answer["checkpoint"] == "failed"
+    assert "not-a-dir" in answer["error"]
+    assert (await client.get("/readyz")).status == 503
+
+
 async def test_lazy_load_happens_on_first_prompt(
     aiohttp_client: AiohttpClient, config: EngineConfig
 ) -> None:

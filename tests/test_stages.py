@@ -18,7 +18,12 @@ from aiohttp import web
 from backends.base import Observation
 from backends.engines.common import message_of, progress_of
 from backends.kubernetes.observe import observe
-from backends.kubernetes.stages import label_selector, pod_stage, start_stage
+from backends.kubernetes.stages import (
+    label_selector,
+    pod_stage,
+    start_stage,
+    unready_addresses,
+)
 from backends.outside import ERROR_CHARS
 from backends.specs import KubernetesBackend as KubernetesSpec
 from router.config import Scaling
@@ -122,6 +127,41 @@ def test_the_observation_carries_the_stage_and_fails_fast() -> None:
     assert observe(spec, deployment, []).stage is None  # pods not watched: unknown
 
 
+def test_a_running_pod_not_ready_is_probed_on_its_own_address_never_served() -> None:
+    spec = KubernetesSpec(kind="kubernetes", namespace="render", deployment="comfyui", port=8188)
+    deployment = {"metadata": {"generation": 1}, "spec": {"replicas": 1}, "status": {}}
+    running = container({"running": {"startedAt": "t"}}, started=True, imageID="sha256:1")
+
+    def at(ip: object, conditions: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+        found = pod(node="n", statuses=[running], conditions=conditions, **kw)
+        found["status"]["podIP"] = ip
+        return found
+
+    not_ready = [{"type": "Ready", "status": "False"}]
+    loading = at("10.244.0.7", not_ready)
+    obs = observe(spec, deployment, [], pods=[loading])
+    assert obs.stage == "loading" and obs.endpoints == ()
+    assert obs.probe_only == ("http://10.244.0.7:8188",)
+    assert (
+        observe(spec, {**deployment, "spec": {"replicas": 0}}, [], pods=[loading]).probe_only == ()
+    )
+    for unfit in (
+        at("10.244.0.8", [{"type": "Ready", "status": "True"}]),  # ready: served, not this
+        at("10.244.0.9", not_ready, deleting=True),  # going
+        at("", not_ready),  # no address yet
+        at("10.0.0.1:80/x?", not_ready),  # not an address: never a URL to connect to
+        pod(node="n", statuses=[container({"waiting": {"reason": "ContainerCreating"}})]),
+    ):
+        assert unready_addresses([unfit]) == [], unfit
+    assert unready_addresses([at("fd00::7", not_ready)]) == ["fd00::7"]
+    service = spec.model_copy(update={"route_to": "service", "service": "comfyui"})
+    assert observe(service, deployment, [], pods=[loading]).probe_only == (
+        "http://10.244.0.7:8188",
+    )  # the pod's own address, as the kubelet probes it, whatever requests go through
+    ready = [{"endpoints": [{"addresses": ["10.244.0.8"], "conditions": {"ready": True}}]}]
+    assert observe(spec, deployment, ready, pods=[loading]).probe_only == ()  # one serves
+
+
 def test_a_deployment_selector_as_a_label_selector() -> None:
     assert label_selector({"matchLabels": {"b": "2", "a": "1"}}) == "a=1,b=2"
     expressions = [
@@ -187,6 +227,16 @@ def test_a_start_nobody_waits_for_is_abandoned_after_abandon_after() -> None:
     ):
         assert abandon_at(view(1e6, **busy)) == math.inf, busy
     assert abandon_at(dataclasses.replace(view(1e6), scaling=Scaling(abandon_after=0))) == math.inf
+
+
+def test_a_pod_not_ready_is_probed_for_the_engines_words_while_starting() -> None:
+    unready = Observation(running=True, stage="loading", probe_only=("http://10.244.0.7:8188",))
+    state = starting(stage="loading")
+    assert decide_step(View(state, unready, S, now=1.0, next_probe=0.0)).act is Act.PROBE
+    later = decide_step(View(state, unready, S, now=1.0, next_probe=3.0))
+    assert later.act is Act.WAIT and later.until == 3.0
+    nothing = Observation(running=True, stage="loading")  # pods not watched: nothing to ask
+    assert decide_step(View(state, nothing, S, now=1.0)).act is Act.WAIT
 
 
 def test_a_terminal_wait_fails_the_start_at_once() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backends.base import Observation, RequestFacts
+from backends.base import Observation, RequestFacts, StartFailed
 from router.config import parse_config
 from router.errors import TargetFailed
 from router.metrics import Metrics
@@ -43,8 +43,30 @@ class StagedBackend(FakeBackend):
         self.set(Observation(running=True, endpoints=ends, stage=stage, stage_message=message))  # type: ignore[arg-type]
 
 
+class WordyEngine(FakeEngine):
+    """An engine whose readiness answer speaks (as the ``/readyz`` node's): its load progress,
+    or that its load failed. Records where it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+        self.failure: str | None = None
+        self.progress: float | None = None
+
+    async def probe_ready(self, base_url: str) -> bool:
+        self.asked.append(base_url)
+        if self.failure is not None:
+            raise StartFailed(self.failure)
+        return await super().probe_ready(base_url)
+
+    def load_progress(self, base_url: str) -> float | None:
+        return self.progress
+
+
 @asynccontextmanager
-async def rig(store: FileStore | None = None, **scaling: Any) -> AsyncIterator[TargetRuntime]:
+async def rig(
+    store: FileStore | None = None, engine: FakeEngine | None = None, **scaling: Any
+) -> AsyncIterator[TargetRuntime]:
     config = parse_config(
         {
             "targets": {
@@ -56,7 +78,8 @@ async def rig(store: FileStore | None = None, **scaling: Any) -> AsyncIterator[T
             }
         }
     )
-    backend, engine, metrics = StagedBackend(), FakeEngine(), Metrics()
+    backend, metrics = StagedBackend(), Metrics()
+    engine = engine or FakeEngine()
     engine.ready_at = float("inf")
     runtime = TargetRuntime(
         "t", config.targets["t"], backend, engine, metrics, asyncio.get_running_loop()
@@ -219,3 +242,48 @@ async def test_a_failed_start_shows_its_failure_and_reason_on_the_waiting_page()
         assert "<title>t failed to start</title>" in page
         assert "Starting" not in page.split("<script>")[0]
         assert "ErrImagePull: pull access denied" in page.split("<script>")[0]
+
+
+POD = "http://10.244.0.7:8188"
+"""A pod that runs, its readiness probe failing: asked for the engine's words, never served."""
+
+
+async def test_a_pod_not_ready_that_says_its_load_failed_fails_the_start_with_its_words() -> None:
+    wordy = WordyEngine()
+    async with rig(engine=wordy, failure_backoff="10m") as rt:
+        loop = asyncio.get_running_loop()
+        held = asyncio.ensure_future(rt.acquire(GET))
+        await until(rt, lambda s: s.phase is Phase.STARTING)
+        staged(rt).set(Observation(running=True, stage="loading", probe_only=(POD,)))
+        await asyncio.sleep(20)
+        wordy.progress = 0.25
+        await until(rt, lambda s: s.progress == 0.25)
+        assert waiting.status(rt)["progress"] == 0.25 and rt.state.endpoints == ()
+        began = loop.time()
+        wordy.failure = "ckpt.safetensors: FileNotFoundError: not found"
+        with pytest.raises(TargetFailed) as failed:
+            await held
+        assert loop.time() - began < 2  # at the next probe, not at cold_start_timeout (10m)
+        assert "FileNotFoundError: not found" in str(failed.value)
+        assert rt.state.phase is Phase.FAILED and rt.state.reason == wordy.failure
+        assert rt.state.retry_at - loop.time() >= 300  # the backoff, as for a process
+        assert staged(rt).calls == ["up", "down"]  # no GPU held through the backoff
+        assert set(wordy.asked) == {POD}
+
+
+async def test_a_pod_that_turns_ready_is_served_through_its_endpoint_at_once() -> None:
+    wordy = WordyEngine()
+    async with rig(engine=wordy) as rt:
+        held = asyncio.ensure_future(rt.acquire(GET))
+        await until(rt, lambda s: s.phase is Phase.STARTING)
+        staged(rt).set(Observation(running=True, stage="loading", probe_only=(POD,)))
+        await asyncio.sleep(10)
+        wordy.ready_at = 0.0  # the engine says ready on the pod; the cluster not yet
+        await asyncio.sleep(10.3)  # between two probes
+        assert rt.state.phase is Phase.STARTING  # never served before its endpoint shows
+        loop = asyncio.get_running_loop()
+        shown = loop.time()
+        staged(rt).set(Observation(running=True, endpoints=(staged(rt).endpoint,)))
+        result = await held
+        assert result.cold and loop.time() - shown < 0.01
+        assert rt.state.endpoints == (staged(rt).endpoint,)

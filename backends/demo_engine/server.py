@@ -48,7 +48,14 @@ async def readyz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ready"})
     if model.state in (LoadState.PARKED, LoadState.RELOADING):
         return web.json_response({"status": "ready", "checkpoint": model.state.value})
-    body: dict[str, Any] = {"status": "loading", "checkpoint": model.state.value}
+    # ``stage`` as the ComfyUI image's /readyz node says it: "failed" tells warmgate that the
+    # start cannot succeed as it is (it fails at once, with ``error`` as the reason).
+    failed = model.state is LoadState.FAILED
+    body: dict[str, Any] = {
+        "status": "loading",
+        "stage": "failed" if failed else "loading",
+        "checkpoint": model.state.value,
+    }
     if model.progress is not None:  # warmgate's waiting page shows it (docs/engines.md)
         body["progress"] = round(model.progress, 4)
     if model.error:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from backends.base import Observation, Rollout
 from backends.kubernetes.api import Json
-from backends.kubernetes.stages import start_stage
+from backends.kubernetes.stages import start_stage, unready_addresses
 from backends.specs import KubernetesBackend as KubernetesSpec
 
 
@@ -46,6 +46,11 @@ def endpoint_urls(spec: KubernetesSpec, addresses: list[str]) -> tuple[str, ...]
     if spec.route_to == "service":
         port = spec.service_port or spec.port
         return (f"http://{spec.service_name}.{spec.namespace}.svc:{port}",)
+    return pod_urls(spec, addresses)
+
+
+def pod_urls(spec: KubernetesSpec, addresses: list[str]) -> tuple[str, ...]:
+    """Each pod's own base URL (its address and the container port), as the kubelet reaches it."""
     return tuple(
         f"http://[{a}]:{spec.port}" if ":" in a else f"http://{a}:{spec.port}" for a in addresses
     )
@@ -138,6 +143,9 @@ def observe(
     stage = start_stage(pods)
     if failure is None and stage.failure_reason is not None:
         failure = f"{stage.failure_reason}: {stage.message}"
+    # Until a pod is ready, its engine is asked on the pod itself for its own words (a failed
+    # load, its progress): its readiness probe failing tells only "not yet".
+    unready = () if endpoints else pod_urls(spec, unready_addresses(pods))
     return Observation(
         running=running,
         endpoints=endpoints,
@@ -147,6 +155,7 @@ def observe(
         stage_message=stage.message if stage.failure_reason is None else "",
         failure_reason=stage.failure_reason if failure is not None else None,
         rollout=version,
+        probe_only=unready,
     )
 
 

@@ -10,6 +10,7 @@ for it in ``status.nominatedNodeName``.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -122,3 +123,23 @@ def start_stage(pods: Iterable[Json]) -> PodStage:
     if not waiting:
         return PodStage("scheduling") if not stages else PodStage(None)
     return max(waiting, key=lambda s: STAGES.index(s.stage) if s.stage else -1)
+
+
+def unready_addresses(pods: Iterable[Json]) -> list[str]:
+    """The addresses of live pods whose containers all run but which are not ready (their
+    readiness probe fails: the engine loads, or says it cannot): where the engine's own
+    readiness answer is read while a start waits. Only a well-formed IP address counts (it
+    becomes a URL warmgate connects to)."""
+    found = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        statuses = status.get("containerStatuses") or ()
+        if not _live(pod) or not statuses or _condition(status, "Ready").get("status") == "True":
+            continue
+        if not all((c.get("state") or {}).get("running") for c in statuses):
+            continue
+        try:
+            found.append(str(ipaddress.ip_address(str(status.get("podIP") or ""))))
+        except ValueError:
+            continue
+    return sorted(set(found))

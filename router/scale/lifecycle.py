@@ -49,6 +49,8 @@ class Lifecycle:
         self.machine = Machine(runtime.name, runtime.cell, runtime.loop, runtime.metrics)
         self.next_probe = 0.0
         """While starting or waking: loop time of the next readiness probe."""
+        self._probed_unready = False
+        """The last probe asked a workload not ready yet (``Observation.probe_only``)."""
         self.starts = StageClock(runtime, self.machine)
         self._began: float | None = None
         """``since`` of the start this replica began itself (an adopted one is not)."""
@@ -109,6 +111,9 @@ class Lifecycle:
 
     def _observed(self, observation: Observation) -> None:
         self.rt.rollout.observed(observation)
+        if observation.endpoints and self._probed_unready:
+            self._probed_unready = False  # ready now: its endpoint is probed at once
+            self.next_probe = self.now
         self.rt.wake.set()
 
     def _recover(self) -> None:
@@ -399,8 +404,9 @@ class Lifecycle:
             await self._wait(math.inf)
 
     async def _probe(self) -> None:
-        rt = self.rt
-        endpoint = self._obs.endpoints[0]
+        rt, obs = self.rt, self._obs
+        endpoint = (obs.endpoints or obs.probe_only)[0]  # not ready yet: for its words only
+        self._probed_unready = not obs.endpoints
         if rt.state.phase is Phase.PARKED:  # waking
             if await self.parking.probe(endpoint) and rt.state.waking:
                 self.parking.woke()

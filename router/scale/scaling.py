@@ -334,11 +334,14 @@ def _starting(v: View, now: float) -> Step:
     give_up = abandon_at(v)
     if now >= give_up:
         return Step(Act.ABANDON, reason=f"nobody waited for it for {v.scaling.abandon_after:g}s")
-    if obs.endpoints and now >= v.next_probe:
+    # A workload that runs but is not ready yet (``probe_only``: a pod whose readiness probe
+    # fails) is probed too: its engine may say it failed, or how far its load is.
+    probed = bool(obs.endpoints or obs.probe_only)
+    if probed and now >= v.next_probe:
         return Step(Act.PROBE)
     if stage_now(v) != (state.stage, state.stage_message, state.progress):
         return Step(Act.STAGE, reason=obs.stage_message)
-    until = min(deadline, give_up, v.next_probe if obs.endpoints else math.inf)
+    until = min(deadline, give_up, v.next_probe if probed else math.inf)
     return Step(Act.WAIT, until=until)
 
 
