@@ -51,3 +51,17 @@ async def test_an_engine_that_answers_no_200_after_the_answer_began_is_cut() -> 
         assert wg.runtime("t").state.phase is Phase.READY
         async with http.get(wg.url + "/gradio_api/info", timeout=SHORT_READS) as resp:
             assert resp.status == 404  # once ready, the engine's own answer
+
+
+def test_only_a_generic_client_gets_a_padded_answer() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from router.routing.padded import may_pad
+
+    def asked(**headers: str) -> bool:
+        return may_pad(make_mocked_request("GET", "/config", headers=headers))
+
+    assert asked()  # no Accept: as a bare client sends
+    assert asked(Accept="*/*")  # httpx, requests, gradio_client
+    assert not asked(Accept="application/json")  # it names what it takes: the hold's status
+    assert not asked(Accept="*/*", **{"Sec-Fetch-Mode": "cors"})  # a browser waits

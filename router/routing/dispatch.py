@@ -29,7 +29,7 @@ from router.http.websocket import handshake_refusal, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
 from router.routing.match import Match, RouteTable
-from router.routing.padded import PaddedHold
+from router.routing.padded import PaddedHold, may_pad
 from router.routing.paths import normalize_path
 from router.scale.hold import HoldResult
 from router.scale.state import Phase, TargetState
@@ -132,8 +132,10 @@ class Dispatcher:
                 if page is not None:
                     response = page
                     return response
-                if not websocket and json_answer(
-                    runtime.engine, request.method, match.upstream_path
+                if (
+                    not websocket
+                    and may_pad(request)
+                    and json_answer(runtime.engine, request.method, match.upstream_path)
                 ):
                     padded = PaddedHold(request)  # its client may read with a short timeout
                 try:

@@ -41,6 +41,18 @@ PAD_EVERY: Final = 1.0
 PAD: Final = b" "
 
 
+def may_pad(request: web.BaseRequest) -> bool:
+    """A client whose answer may begin before the engine's: a generic HTTP client (no
+    ``Sec-Fetch-Mode``: not a browser, which waits as long as it takes) that accepts any type
+    (no ``Accept``, or ``*/*``, as httpx and requests send, and gradio_client through httpx). A
+    client that names what it accepts (``application/json``) is answered with the hold's own
+    status, a failure as a 503 with its reason."""
+    if "Sec-Fetch-Mode" in request.headers:
+        return False
+    accept = request.headers.get("Accept", "*/*").replace(" ", "")
+    return accept in ("", "*/*")
+
+
 class PaddedHold:
     """One held request whose answer may begin before its target is ready. Made before the
     hold begins; :meth:`stop` once it ended (in flight already: an await here is a moment the

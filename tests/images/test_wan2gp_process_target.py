@@ -17,6 +17,10 @@ from tests.helpers import ROOT, one_target, wait_until, warmgate
 WGP = ROOT / "tests/images/wgp_standin.py"
 
 
+JSON = {"Accept": "application/json"}
+"""A client that names what it accepts gets the hold's own status (no padded answer)."""
+
+
 def wan2gp(tmp_path: Path, **env: str) -> dict[str, Any]:
     launcher = ["python", "-m", "warmgate_wan2gp", "--ready-host", "127.0.0.1"]
     launcher += ["--ready-port", "{ready_port}", "--probe-interval", "0.05", "--stop-grace", "5"]
@@ -41,7 +45,7 @@ async def test_readiness_is_probed_on_the_launchers_own_ready_port(tmp_path: Pat
     async with (
         warmgate(wan2gp(tmp_path, EAGER_LOAD_MODEL="0")) as wg,
         aiohttp.ClientSession() as client,
-        client.get(wg.url + "/config") as resp,
+        client.get(wg.url + "/config", headers=JSON) as resp,
     ):
         assert resp.status == 200, await resp.text()
         assert resp.headers.get("X-Warmgate-Cold-Start")
@@ -86,7 +90,7 @@ async def test_the_launchers_own_stage_reaches_the_waiting_page(tmp_path: Path) 
         assert status["stage_message"] == f"loading {T2V}" and status["progress"] is None
 
         (tmp_path / "release-load").touch()
-        async with client.get(wg.url + "/config") as resp:
+        async with client.get(wg.url + "/config", headers=JSON) as resp:
             assert resp.status == 200
         assert runtime.state.phase is Phase.READY and runtime.state.stage_message == ""
 
@@ -96,7 +100,10 @@ async def test_a_stop_reaches_wgp_as_the_launchers_sigint(
 ) -> None:
     caplog.set_level("INFO", logger="warmgate.process")
     async with warmgate(wan2gp(tmp_path, EAGER_LOAD_MODEL="0")) as wg:
-        async with aiohttp.ClientSession() as client, client.get(wg.url + "/config") as resp:
+        async with (
+            aiohttp.ClientSession() as client,
+            client.get(wg.url + "/config", headers=JSON) as resp,
+        ):
             assert resp.status == 200
         await wg.runtime("wan").backend.scale_down()
     said = [r.getMessage() for r in caplog.records if r.name == "warmgate.process"]
