@@ -47,8 +47,10 @@ DEFAULT_VERSION = KubeVersion.parse(KUBE_VERSION)
 DEFAULT_CACHE = "/var/cache/warmgate-kube"
 CONTROLLERS = (
     "deployment,replicaset,endpointslice,serviceaccount,serviceaccount-token,"
-    "namespace,garbagecollector"
+    "namespace,garbagecollector,job"
 )
+"""The controllers the suite needs: ``job`` makes a batch Job's pods again when the scheduler
+preempts them (the contention day, test_cluster_day.py)."""
 
 
 class KubeClusterError(RuntimeError):
