@@ -246,7 +246,11 @@ async def day_lab(
             await core.delete_namespace(namespace)
             await core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         for kubelet in lab.kubelets:
-            await kubelet.stop()
+            # Bounded: once a kubelet's stop waited forever on a cancelled pod task (seen
+            # once in a day of 400 pods, not understood yet); the day's figures are taken.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(60):
+                    await kubelet.stop()
             await kubelet.api.close()
         for node, _ in NODES:
             with contextlib.suppress(ApiException):
