@@ -7,7 +7,7 @@ CONFIG ?= deploy/local/warmgate.yaml
 
 include tools/kube/kube.mk
 
-.PHONY: images test-images install demo test test-engines llama faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest chromium promtool gradio529 clean
+.PHONY: images test-images install demo test test-engines llama faults fuzz test-aiohttp-floor check lint format typecheck imports dockerfiles bench loadtest cluster-day chromium promtool gradio529 clean
 
 install: $(STAMP)
 
@@ -139,6 +139,13 @@ bench: install
 # The demo stack under locust: idle-then-burst, 100 users, results under loadtests/results/.
 loadtest: install
 	$(BIN)/python -m loadtests.loadtest $(LOADTEST_ARGS)
+
+# A day of contention on a real scheduler (loadtests/cluster_day.py, docs/simulate.md): the office
+# day and an evening, compressed (CLUSTER_DAY_ARGS, e.g. --compression 60 --trace day.csv), on a
+# fresh test cluster per policy (always on, fixed 30 min, warmgate's own), beside `warmgate
+# simulate`; writes loadtests/results/cluster-day.md and cluster-day.svg.
+cluster-day: install kube-bins
+	$(BIN)/python -m loadtests.cluster_day $(CLUSTER_DAY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(FLOOR_DIR) $(GRADIO529) .mypy_cache .ruff_cache .pytest_cache *.egg-info

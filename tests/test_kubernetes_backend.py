@@ -325,6 +325,26 @@ async def test_a_scale_up_while_away_is_retried_and_wins_over_a_pending_stop() -
         await seen(recorder, lambda o: o.degraded is None)
 
 
+async def test_a_pending_scale_up_lands_within_a_second_of_the_api_server_coming_back() -> None:
+    # A person waits for it: neither the watches' backoff (up to its cap after a long outage)
+    # nor the scale's own may hold it once the API server answers again.
+    cluster = FakeCluster()
+    cluster.create_deployment(NS, "comfyui", replicas=0)
+    await asyncio.sleep(0.1)
+    async with opened(cluster) as (backend, _):
+        cluster.go_down()
+        await asyncio.sleep(1)
+        await backend.scale_up()
+        assert "scale to 1 pending" in (backend.observe().degraded or "")
+        await asyncio.sleep(50)  # the watches and the retry wait their capped 8 s
+        cluster.come_back(restarted=True)
+        for _ in range(30):  # 1.5 s of looptime
+            if cluster.replicas(NS, "comfyui") == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert cluster.replicas(NS, "comfyui") == 1, "stored within a second or so"
+
+
 async def test_starting_while_the_api_server_is_away_is_degraded_then_catches_up() -> None:
     cluster = FakeCluster()
     cluster.create_deployment(NS, "comfyui", replicas=1)

@@ -22,6 +22,12 @@ from backends.specs import KubernetesBackend as KubernetesSpec
 
 log = logging.getLogger("warmgate.kubernetes")
 
+SCALE_UP_RETRY = 1.0
+"""Longest wait between tries of a pending scale-up: a person waits for it, and it is one
+small request. Waiting for a watch to connect again is not enough: after a long outage the
+watches' own backoff reaches its cap (10 s and jitter), and a try that fails just as the API
+server returns waited that long again (a scale-up stored ~20 s after the API server answered)."""
+
 
 def where(spec: KubernetesSpec) -> str:
     """How messages name the Deployment."""
@@ -171,6 +177,8 @@ class ScaleActions:
             failures += 1
             self._reconnected.clear()
             wait = self._backoff.delay(failures)
+            if replicas > 0:
+                wait = min(wait, SCALE_UP_RETRY)
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - loop.time()))
             with contextlib.suppress(TimeoutError):

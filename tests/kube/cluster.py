@@ -47,8 +47,10 @@ DEFAULT_VERSION = KubeVersion.parse(KUBE_VERSION)
 DEFAULT_CACHE = "/var/cache/warmgate-kube"
 CONTROLLERS = (
     "deployment,replicaset,endpointslice,serviceaccount,serviceaccount-token,"
-    "namespace,garbagecollector"
+    "namespace,garbagecollector,job"
 )
+"""The controllers the suite needs: ``job`` makes a batch Job's pods again when the scheduler
+preempts them (the contention day, test_cluster_day.py)."""
 
 
 class KubeClusterError(RuntimeError):
@@ -423,6 +425,9 @@ class KubeCluster:
             self._controller_manager,
             timeout,
         )
+        self._start_scheduler(timeout)
+
+    def _start_scheduler(self, timeout: float) -> None:
         if self._scheduler is not None:
             self._scheduler.start()
             unverified = ssl.create_default_context()
@@ -448,6 +453,18 @@ class KubeCluster:
         then gets 410 Gone (the new watch cache starts at etcd's current revision): relist."""
         self._apiserver.stop(grace)
         self._start_apiserver(timeout)
+        self._recover_scheduler(timeout)
+
+    def _recover_scheduler(self, timeout: float) -> None:
+        """Start kube-scheduler afresh once the API server is back. Its informers would find
+        it again by themselves, but client-go's watch backoff grows with each outage (30-60 s
+        after the third restart in a minute on 1.36), and a start asked meanwhile would wait
+        that long to be placed: a real control plane's liveness probes restart a stuck
+        scheduler too, on a longer clock than a test has."""
+        if self._scheduler is None or not self._scheduler.alive():
+            return
+        self._scheduler.stop()
+        self._start_scheduler(timeout)
 
     def stop_apiserver(self, grace: float = 5.0) -> None:
         self._apiserver.stop(grace)
@@ -456,6 +473,7 @@ class KubeCluster:
         """Start a stopped kube-apiserver again (see stop_apiserver)."""
         if not self._apiserver.alive():
             self._start_apiserver(timeout)
+            self._recover_scheduler(timeout)
 
     def stop(self) -> None:
         for p in reversed(self._procs()):

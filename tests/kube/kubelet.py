@@ -18,6 +18,9 @@ outside (a test killing "the pod") fails its pod, as the loss of its node would:
 replaces it with a new one.
 
 With ``bind=True`` (a cluster without kube-scheduler) the kubelet binds Pending pods itself.
+Several kubelets (each its own ``node_name`` and ``gpus``) make a cluster of several nodes; each
+hands its GPUs to the pods it runs as a device plugin would (gpus.py: ``NVIDIA_VISIBLE_DEVICES``,
+and a ledger of who held which GPU when, with ``gpu_ledger``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .containers import container_name, podman_argv, runs_in_podman
+from .gpus import GpuSlots
 from .netns import pod_address
 from .podstatus import (
     CRASH_LOOP_AFTER,
@@ -84,6 +88,7 @@ class _Workload:
     failed: bool = False
     restarts: int = 0
     stopping: bool = False  # being stopped: an exit is no crash, and nothing more is reported
+    gpus: list[int] = field(default_factory=list)  # the node's devices it holds (gpus.py)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -102,6 +107,7 @@ class TestKubelet:
         bind: bool = True,
         gpus: int = 1,
         crash_backoff: float = 0.5,
+        gpu_ledger: Path | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -114,6 +120,7 @@ class TestKubelet:
         """``nvidia.com/gpu`` the Node advertises (capacity and allocatable)."""
         self.crash_backoff = crash_backoff
         """Seconds before the first restart in ``CrashLoopBackOff`` (doubling, up to 8x)."""
+        self.slots = GpuSlots(node_name, gpus, gpu_ledger)
         self.workloads: dict[str, _Workload] = {}  # by pod uid
         self._deleting: set[str] = set()
         self._killing: list[_Workload] = []  # being stopped: stop() finishes them if cancelled
@@ -288,6 +295,11 @@ class TestKubelet:
         if pull > 0:
             await self._report(w, "Pending", False, waiting("ContainerCreating"))
             await asyncio.sleep(pull)
+        with self.slots.held(pod) as w.gpus:
+            await self._run_restarting(w, probe, c)
+
+    async def _run_restarting(self, w: _Workload, probe: _Json | None, c: _Json) -> None:
+        pod = w.pod
         policy = pod["spec"].get("restartPolicy") or "Always"
         while True:
             code = await self._run_container(w, probe, c)
@@ -317,6 +329,8 @@ class TestKubelet:
         could not be started, and the pod is reported ``Failed``)."""
         meta = w.pod["metadata"]
         argv, env = command_line(w.pod, c, w.host, w.port, self.node_name)
+        if w.gpus:  # as the NVIDIA device plugin tells a container which cards are its own
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, w.gpus))
         if runs_in_podman(w.pod):  # its image, with podman (containers.py)
             own = pod_env(w.pod, c, w.host, w.port, self.node_name)
             root = (self.log_dir or Path(tempfile.gettempdir())) / f"volumes-{meta['uid']}"

@@ -282,3 +282,34 @@ async def test_service_account_client_has_only_its_rbac(
         assert err.value.status == 403  # other namespaces stay closed
     finally:
         await sa_api.close()
+
+
+async def test_after_api_server_restarts_the_scheduler_places_a_pod_at_once(
+    kube_cluster: KubeCluster,
+    kube_client: client.ApiClient,
+    kube_namespace: str,
+    kubelet: TestKubelet,
+) -> None:
+    """Three restarts in a row (as the suite makes them within a minute): the harness starts
+    kube-scheduler afresh each time, so a pod made right after is bound within seconds, not
+    after client-go's grown watch backoff (30-60 s on 1.36)."""
+    if not kube_cluster.has_scheduler:
+        pytest.skip("kube-scheduler not built")
+    for _ in range(3):
+        await asyncio.to_thread(kube_cluster.restart_apiserver)
+    core = client.CoreV1Api(kube_client)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "placed"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "local/none", "command": ["true"]}],
+        },
+    }
+    await core.create_namespaced_pod(kube_namespace, pod)
+    for _ in range(50):  # 10 s
+        if (await core.read_namespaced_pod("placed", kube_namespace)).spec.node_name:
+            return
+        await asyncio.sleep(0.2)
+    pytest.fail("not placed within 10 s of the API server's third restart")
