@@ -149,3 +149,24 @@ async def test_a_steady_refusal_is_still_a_missing_role() -> None:
             await backend.scale_up()
     finally:
         await backend.close()
+
+
+async def test_the_starting_api_server_is_said_first_whatever_the_length_of_its_refusal() -> None:
+    """The server's words are cut to one bounded line: warmgate's own come before them."""
+
+    class Refusing:
+        server = "https://127.0.0.1:6443"
+        down = True
+
+        async def list(self, *args: object, **kwargs: object) -> object:
+            if self.down:
+                raise Unreachable("connection refused")
+            raise Forbidden("deployments.apps is forbidden: " + "x" * 600, status=403)
+
+    inner, readyz = Refusing(), Readyz()
+    api = SteadyRefusals(inner, readyz)  # type: ignore[arg-type]
+    with pytest.raises(Unreachable):
+        await api.list(DEPLOYMENTS, NS)
+    inner.down = False
+    with pytest.raises(Unreachable, match="the API server is starting"):
+        await api.list(DEPLOYMENTS, NS)

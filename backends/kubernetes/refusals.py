@@ -96,7 +96,8 @@ class SteadyRefusals:
             why = "while the API server's /readyz is not ready"
         if why is None:
             return exc
-        return Unreachable(f"{exc.message} ({why}: the API server is starting)", status=exc.status)
+        # warmgate's words first: the server's, after them, are what a bounded line cuts
+        return Unreachable(f"the API server is starting ({why}): {exc.message}", status=exc.status)
 
     async def _guard(self, call: Awaitable[T]) -> T:
         try:
