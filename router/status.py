@@ -12,6 +12,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from router.dashboard import charts
+
 DEFAULT_ADMIN = "http://127.0.0.1:9090"
 """The config's default admin_listen."""
 TIMEOUT = 5.0
@@ -57,14 +59,7 @@ def fetch(admin: str) -> dict[str, Any]:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return "-" if seconds is None else charts.duration(seconds)
 
 
 def usd(value: float) -> str:

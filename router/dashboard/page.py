@@ -28,13 +28,7 @@ def clock(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%H:%M:%S UTC")
 
 
-def span(seconds: float) -> str:
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+span = charts.duration
 
 
 def since(epoch: float | None, now: float) -> str:
