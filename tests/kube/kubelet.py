@@ -193,7 +193,7 @@ class TestKubelet:
                     seen.add(p["metadata"]["uid"])
                     await self._handle("MODIFIED", p)
                 for uid in set(self.workloads) - seen:
-                    self._spawn(self._kill(self.workloads.pop(uid)))
+                    self._spawn(self._kill(self._retire(uid)))
                 async with watch.Watch() as w:
                     async for ev in w.stream(
                         self.core.list_pod_for_all_namespaces,
@@ -218,7 +218,7 @@ class TestKubelet:
         uid = meta["uid"]
         if kind == "DELETED":
             if uid in self.workloads:
-                self._spawn(self._kill(self.workloads.pop(uid)))
+                self._spawn(self._kill(self._retire(uid)))
             return
         node = spec.get("nodeName")
         if node and node != self.node_name:
@@ -419,10 +419,19 @@ class TestKubelet:
                 await asyncio.sleep(self.probe_period)
         return False
 
-    async def _kill(self, w: _Workload) -> None:
+    def _retire(self, uid: str) -> _Workload:
+        """A workload to stop, listed as being stopped at once: a kill task cancelled before it
+        ran (the kubelet stopping) would otherwise leave its process running."""
+        w = self.workloads.pop(uid)
         self._killing.append(w)
+        return w
+
+    async def _kill(self, w: _Workload) -> None:
+        if w not in self._killing:
+            self._killing.append(w)
         await self._stop_process(w)  # cancelled (kubelet stopping): stop() finishes it
-        self._killing.remove(w)
+        if w in self._killing:
+            self._killing.remove(w)
 
     async def _stop_process(self, w: _Workload) -> None:
         w.stopping = True
