@@ -69,16 +69,26 @@ async def one_policy(policy: str, trace: list[Request], compression: float, work
         await asyncio.to_thread(cluster.stop)
 
 
-def simulate(policy: str, trace: Path, cold_start: float, work: Path) -> dict[str, Any]:
-    """``warmgate simulate`` on the day as warmgate runs it uncompressed (its summary line)."""
-    from tests.kube.day import DayLab  # a lab only for its configuration
+def simulate(
+    policy: str, trace: Path, cold_start: float, compression: float, work: Path
+) -> dict[str, Any]:
+    """``warmgate simulate`` on the day as warmgate runs it uncompressed (its summary line).
+
+    The run's cold start of ``cold_start`` seconds held the GPU ``compression`` times as long in
+    the day's time, while the people waited it as measured: the simulator is given the day's
+    cold start and a second of waiting at ``1 / compression`` of the price, so that it weighs
+    each gap as the run did (tests/kube/day.py prices the run's GPU time instead)."""
+    from tests.kube.day import DayLab, economics  # a lab only for its configuration
 
     lab = DayLab(None, None, "day", work, policy, 1.0)  # type: ignore[arg-type]
     config = work / f"{policy}.yaml"
-    config.write_text(json.dumps(lab.config(Path("unused"))))
+    settings = lab.config(Path("unused"))
+    settings["economics"] = economics(1.0, wait_compression=1.0 / compression)
+    config.write_text(json.dumps(settings))
     out = work / f"sim-{policy}"
     argv = [sys.executable, "-m", "router.cli", "simulate", "--config", str(config),
-            "--trace", str(trace), "--cold-start", f"{max(cold_start, 1.0):.1f}s",
+            "--trace", str(trace),
+            "--cold-start", f"{max(cold_start * compression, 1.0):.1f}s",
             "--tail", "61m", "--out", str(out),
             # a cold start is long uncompressed: no hold times out that the run kept
             "--set", "targets.*.scaling.cold_start_timeout=6h"]  # fmt: skip
@@ -128,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             f = figures(day)
             results.append(f)
             sims[policy] = simulate(
-                policy, trace_file, f.cold_start_mean * a.compression, Path(tmp) / policy
+                policy, trace_file, f.cold_start_mean, a.compression, Path(tmp) / policy
             )
             print(f"{policy}: done in {time.monotonic() - began:.0f}s", flush=True)
     md = tables(results, sims, a.compression, len(trace))

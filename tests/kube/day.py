@@ -10,7 +10,11 @@ A policy says how the render pods compete for the GPUs and when warmgate lets th
   preempts (the KEDA HTTP add-on setup: the pod waits for a batch pod to finish);
 - ``warmgate``: ``idle_after: auto``, at ``warmgate-interactive`` (a cold start preempts batch).
 
-Durations of a day are divided by ``compression`` (60: an hour in a minute)."""
+Durations of a day are divided by ``compression`` (60: an hour in a minute). A cold start is not
+(the demo engine loads in its own few seconds), and neither is a person's wait: so that
+``idle_after: auto`` weighs a compressed gap as it would the gap of the day, a GPU-hour (and a
+parked hour) is priced ``compression`` times the owner's (a compressed GPU-second holds the card
+``compression`` seconds of the day), and a second of waiting at the owner's price."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from router.config.economics import Economics
 from tests.deploy_tree import build
 from tests.helpers import ROOT
 
@@ -48,6 +53,20 @@ CHECKPOINT_EVERY = 120.0
 """A batch pod checkpoints every 2 minutes (uncompressed): a preemption loses up to that."""
 SLICES_PER_POD = 10
 """Slices before a batch pod completes and its Job makes the next (20 minutes of work)."""
+
+
+PRICES = Economics()
+"""The owner's prices: the defaults."""
+
+
+def economics(compression: float, wait_compression: float = 1.0) -> dict[str, float]:
+    """``economics:`` for a day whose GPU time runs ``compression`` times faster than the day's
+    and whose waits ``wait_compression`` times (1: waits as measured)."""
+    return {
+        "gpu_hour_usd": PRICES.gpu_hour_usd * compression,
+        "parked_hour_usd": PRICES.parked_hour_usd * compression,
+        "cold_wait_usd_per_second": PRICES.cold_wait_usd_per_second * wait_compression,
+    }
 
 
 @dataclass
@@ -82,6 +101,7 @@ class DayLab:
             "listen": "127.0.0.1:0",
             "admin_listen": "127.0.0.1:0",
             "server": {"access_log": False, "drain_grace": "5s"},
+            "economics": economics(self.compression),
             "targets": {name: self._target(name) for name in UIS},
         }
 
