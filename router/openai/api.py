@@ -29,9 +29,9 @@ from router.openai.budget import Budget
 from router.openai.call import DECISION, DECISION_HEADER, REQUEST_ID, Call
 from router.openai.credentials import ClientKeys, cloud_api_keys, load_client_keys
 from router.openai.errors import ModelNotFound, openai_error_response
+from router.openai.facts import Rules, Snapshot
 from router.openai.intake import Intake, begin
 from router.openai.placing import Placer
-from router.openai.policy import Rules, Snapshot
 from router.openai.ttft import FirstTokens
 from router.scale.targets import TargetRuntime
 

@@ -22,17 +22,10 @@ from router.openai.budget import Budget
 from router.openai.call import DECISION, PATHS, Call
 from router.openai.cloud import CloudCaller, CloudUnavailable
 from router.openai.errors import BudgetExhausted, CloudFailed, NotPlaced
+from router.openai.facts import CloudOption, LocalOption, Rules, Snapshot
 from router.openai.images import ComfyImages, load_workflow
 from router.openai.local import api_facts, forward_local
-from router.openai.policy import (
-    Action,
-    CloudOption,
-    Decision,
-    LocalOption,
-    Rules,
-    Snapshot,
-    decide,
-)
+from router.openai.policy import Action, Decision, decide
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 
