@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge, Histogram
 
-from backends.base import Cloud
+from backends.cloud_api import Cloud
 from backends.registry import make_cloud
 from router.config import Config, logged_path
 from router.errors import RequestError

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter as PromCounter
 
-from backends.base import Cloud
+from backends.cloud_api import Cloud
 from router.config import Config
 from router.errors import RequestError
 from router.openai.budget import Budget
