@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
 from backends.outside import one_line
@@ -70,6 +70,24 @@ def refused(where: str, why: str, *, unreadable: bool = False) -> None:
     """The one warning of a document ignored: which one and why, each one line."""
     kind = "unreadable state" if unreadable else "state"
     log.warning("ignoring %s %s: %s", kind, one_line(where), one_line(why))
+
+
+def decode_kept(raw: object, where: str) -> dict[str, Any] | None:
+    """A document kept as text beside others (a Deployment's annotation, a ConfigMap's key):
+    ``None`` where there is none, else :func:`decode`'s."""
+    return None if raw is None else decode(str(raw), where)
+
+
+def decode_all(
+    kept: Mapping[str, object], prefix: str, name_of: Callable[[str], str]
+) -> dict[str, dict[str, Any]]:
+    """The documents of ``kept`` (text by key) whose keys start with ``prefix``, by key; one
+    that :func:`decode` refuses is left out, its warning naming it by ``name_of(key)``."""
+    found = {}
+    for key, raw in kept.items():
+        if key.startswith(prefix) and (document := decode(str(raw), name_of(key))) is not None:
+            found[key] = document
+    return found
 
 
 def encode(document: Mapping[str, Any]) -> str:
