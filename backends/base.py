@@ -4,15 +4,18 @@ A **backend** runs and scales one target's workload (a local process, a Kubernet
 always-on URL) and reports what it observes. An **engine** knows the protocol the workload speaks:
 whether it is ready (weights resident, not just the port open), whether it is still busy, and which
 requests may wake it. The router knows nothing else about either.
+
+Beside these: what keeps state across restarts (:class:`backends.documents.StateStore`), the
+other warmgate replicas (:mod:`backends.membership`), a managed cloud (:mod:`backends.cloud_api`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
+from backends.documents import StateStore as StateStore  # the scale room imports it from here
 from backends.outside import number, one_line
 
 
@@ -92,14 +95,8 @@ Stage = Literal["scheduling", "unschedulable", "preempting", "pulling", "startin
 """Where a start is: waiting for the scheduler's decision; no node can take it now (every GPU
 busy); lower-priority pods are evicted for it; its image is pulled; its container is created
 and not running yet; running, its model loading (readiness not passing yet)."""
-STAGES: tuple[Stage, ...] = (
-    "scheduling",
-    "unschedulable",
-    "preempting",
-    "pulling",
-    "starting",
-    "loading",
-)
+STAGES: tuple[Stage, ...] = get_args(Stage)
+"""The stages, in the order a start goes through them."""
 
 
 ObservationListener = Callable[[Observation], None]
@@ -242,11 +239,6 @@ class Engine(Protocol):
 
     def wakes(self, facts: RequestFacts) -> bool:
         """Whether this request may start a cold target."""
-        ...
-
-    def stream_is_activity(self, path: str) -> bool:
-        """Whether frames on a long-lived stream at this path count as activity (superseded by
-        :meth:`stream_activity`, which the router asks)."""
         ...
 
     def stream_activity(self, path: str) -> StreamActivity:
@@ -400,159 +392,3 @@ def queue_reporter(engine: Engine) -> ReportsQueue | None:
 def parking(engine: Engine) -> Parkable | None:
     """The engine's park actions, or ``None`` for an engine that is never parked."""
     return engine if isinstance(engine, Parkable) and engine.parks else None
-
-
-# -- state that survives restarts --------------------------------------------------------------
-
-
-class StateStore(Protocol):
-    """Small JSON documents, by key, that outlive warmgate's process: learned cold-start
-    figures, the day's cloud spend. Keys are short names (``cold-start``, ``budget``).
-    ``load`` never raises nor blocks the loop: a document missing or unreadable is ``None`` (an
-    unreadable one is logged as a warning, :mod:`backends.documents`); ``save`` raises
-    :class:`BackendError` when it could not store it."""
-
-    @property
-    def where(self) -> str:
-        """Where the documents are kept, for messages."""
-        ...
-
-    def name_of(self, key: str) -> str:
-        """Where the document ``key`` is kept (a file, an annotation), for messages."""
-        ...
-
-    async def load(self, key: str) -> dict[str, Any] | None: ...
-
-    async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
-        """Every readable document whose key starts with ``prefix``, by key."""
-        ...
-
-    async def save(self, key: str, document: Mapping[str, Any]) -> None: ...
-
-
-@runtime_checkable
-class KeepsState(Protocol):
-    """What a :class:`Backend` (or a :class:`Membership`) that keeps warmgate's state in its own
-    place offers: the Kubernetes backend on its Deployment, the replicas in a ConfigMap.
-    Optional; ask through :func:`own_store`."""
-
-    def state_store(self) -> StateStore | None: ...
-
-
-def own_store(thing: object) -> StateStore | None:
-    """``thing``'s own :class:`StateStore`, or ``None`` (the router keeps a file instead)."""
-    return thing.state_store() if isinstance(thing, KeepsState) else None
-
-
-# -- several warmgate replicas -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """Another warmgate replica: its name (the pod's) and its admin listener's base URL."""
-
-    name: str
-    url: str
-
-
-class Membership(Protocol):
-    """Which other warmgate replicas there are, and whether this one leads (decides releases).
-
-    ``open`` lists before it returns; a cluster that cannot be reached is reported by
-    ``problems`` and retried in the background (never an error: serving goes on)."""
-
-    @property
-    def identity(self) -> str:
-        """This replica's name, as the others see it."""
-        ...
-
-    async def open(self, on_change: Callable[[], None]) -> None:
-        """Start watching; ``on_change`` is called when the peers or the leadership change."""
-        ...
-
-    def peers(self) -> tuple[Peer, ...]:
-        """The other replicas now listed (never this one)."""
-        ...
-
-    def leading(self) -> bool:
-        """This replica holds the leadership right now (and may lose it at any await)."""
-        ...
-
-    async def confirm(self) -> bool:
-        """Renew the leadership now: True if it is still held, so an irreversible step may
-        follow at once."""
-        ...
-
-    def problems(self) -> list[str]:
-        """Why the view of the others or of the leadership may be stale right now."""
-        ...
-
-    async def close(self) -> None:
-        """Stop watching; hand the leadership over at once if it is held."""
-        ...
-
-
-# -- clouds -------------------------------------------------------------------------------------
-
-CloudEndpoint = Literal["chat", "embeddings", "images"]
-
-
-class CloudError(Exception):
-    """A cloud call that failed, translated at the cloud backend's boundary from the SDK's errors.
-
-    ``kind``: ``timeout``, ``connection``, ``auth`` (the cloud refused warmgate's credentials),
-    ``status`` (any other error status). The message never carries the cloud's API key."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: str,
-        status: int | None = None,
-        error: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.kind = kind
-        self.status = status
-        self.error = dict(error) if error else None
-        """The cloud's own OpenAI error object (``{"message", "type", ...}``), key scrubbed."""
-
-    @property
-    def retryable(self) -> bool:
-        """Worth another try or a fallback: no answer, or a 5xx/408/429 from the cloud."""
-        if self.kind in ("timeout", "connection"):
-            return True
-        return (
-            self.kind == "status"
-            and self.status is not None
-            and (self.status >= 500 or self.status in (408, 429))
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class CloudReply:
-    """A finished cloud answer, verbatim."""
-
-    status: int
-    body: bytes
-    content_type: str
-
-
-class Cloud(Protocol):
-    """One managed OpenAI-compatible service. Errors are raised as :class:`CloudError`."""
-
-    name: str
-
-    async def create(self, endpoint: CloudEndpoint, body: Mapping[str, Any]) -> CloudReply:
-        """Send one non-streamed request; ``body`` is the OpenAI request, model name included."""
-        ...
-
-    def stream(
-        self, endpoint: CloudEndpoint, body: Mapping[str, Any]
-    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
-        """A streamed request: entering sends it (raising on an error status); the iterator
-        yields the server-sent-event bytes as they arrive."""
-        ...
-
-    async def close(self) -> None: ...

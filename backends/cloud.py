@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from backends.base import CloudEndpoint, CloudError, CloudReply
+from backends.cloud_api import CloudEndpoint, CloudError, CloudReply
 
 log = logging.getLogger("warmgate.cloud")
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from backends.base import Backend, Cloud, Engine, Membership
+from backends.base import Backend, Engine
+from backends.cloud_api import Cloud
+from backends.membership import Membership
 from backends.specs import BackendSpec, EngineSpec, ReplicasSpec
 
 if TYPE_CHECKING:

@@ -86,7 +86,8 @@ async def _decision_times(n: int) -> dict[str, dict[str, float]]:
     from router.openai.api import OPENAI_API
     from router.openai.call import Call
     from router.openai.costs import bound
-    from router.openai.policy import Ask, decide
+    from router.openai.facts import Ask
+    from router.openai.policy import decide
     from router.scale.state import Phase, TargetState
 
     os.environ.setdefault("WARMGATE_BENCH_KEY", "bench")

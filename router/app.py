@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from backends.base import own_store
+from backends.documents import own_store
 from backends.registry import make_backend, make_engine, make_membership
 from router.admin import build_admin_app
 from router.cluster.replicas import Replicas

@@ -84,9 +84,6 @@ class FakeEngine:
     def wakes(self, facts: RequestFacts) -> bool:
         return not facts.is_websocket
 
-    def stream_is_activity(self, path: str) -> bool:
-        return True
-
     def stream_activity(self, path: str) -> StreamActivity:
         return "frames"
 

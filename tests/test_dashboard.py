@@ -17,7 +17,8 @@ import pytest
 
 from router.config import parse_config
 from router.dashboard.charts import day_section
-from router.dashboard.page import events_section, idle_after, target_card
+from router.dashboard.page import events_section
+from router.dashboard.targets import idle_after, target_card
 from router.errors import ConfigError
 from router.server import Server
 from tests.helpers import ROOT, wait_until, warmgate

@@ -20,7 +20,8 @@ import pytest
 
 from backends.engines.openai_compat import waiting_requests
 from backends.outside import Refused
-from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
+from router.openai.policy import Action, decide
 from router.scale.engine_queue import EngineQueue
 from router.scale.state import Phase
 from tests.fake_openai import FakeOpenAI

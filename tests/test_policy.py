@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
+from router.openai.policy import Action, decide
 from router.scale.state import Phase
 
 NOW = 1000.0

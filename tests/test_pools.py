@@ -11,7 +11,8 @@ import pytest
 from backends.base import Observation
 from router.config import Scaling, parse_config
 from router.errors import ConfigError
-from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
+from router.openai.policy import Action, decide
 from router.scale import scaling
 from router.scale.pools import Member, Wait, plan
 from router.scale.scaling import Act, View

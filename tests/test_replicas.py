@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from backends.base import Observation, Peer
+from backends.base import Observation
 from backends.kubernetes.api import LEASES
 from backends.kubernetes.informer import Backoff
 from backends.kubernetes.membership import KubernetesMembership, peers_from_slices
+from backends.membership import Peer
 from backends.outside import Refused
 from backends.specs import ReplicasSpec
 from router.cluster.combine import PeerRecord, Word, combine, word_from_json, word_to_json

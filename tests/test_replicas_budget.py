@@ -14,7 +14,7 @@ import aiohttp
 import openai
 import pytest
 
-from backends.base import Peer
+from backends.membership import Peer
 from backends.specs import ReplicasSpec
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import ROOT, metric_value, serve_app, warmgate

@@ -28,7 +28,8 @@ from backends.outside import ERROR_CHARS
 from backends.specs import KubernetesBackend as KubernetesSpec
 from router.config import Scaling
 from router.openai.budget import Budget, kept
-from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
+from router.openai.policy import Action, decide
 from router.scale.eta import ColdStarts
 from router.scale.persist import FileStore, Writer
 from router.scale.scaling import Act, View, abandon_at, stage_now

@@ -380,9 +380,6 @@ class EngineBase:
     async def is_parked(self, base_url: str) -> bool | None:
         return None if self.parker is None else await self.parker.is_parked(self.client(), base_url)
 
-    def stream_is_activity(self, path: str) -> bool:
-        return self.stream_activity(path) != "none"
-
     async def close(self) -> None:
         if self.warmup is not None:
             await self.warmup.close()

@@ -18,13 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from backends.base import (
-    BackendError,
-    Observation,
-    ObservationListener,
-    OutsideAutoscaler,
-    StateStore,
-)
+from backends.base import BackendError, Observation, ObservationListener, OutsideAutoscaler
+from backends.documents import StateStore
 from backends.kubernetes.api import (
     DEPLOYMENTS,
     HPAS,

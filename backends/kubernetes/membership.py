@@ -15,7 +15,8 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
-from backends.base import BackendError, Peer, StateStore
+from backends.base import BackendError
+from backends.documents import StateStore
 from backends.kubernetes.api import Json, KubeApi, KubeError
 from backends.kubernetes.informer import (
     DEFAULT_BACKOFF,
@@ -26,6 +27,7 @@ from backends.kubernetes.informer import (
 )
 from backends.kubernetes.lease import LeaseElection
 from backends.kubernetes.state import ConfigMapStore
+from backends.membership import Peer
 from backends.specs import ReplicasSpec
 
 log = logging.getLogger("warmgate.replicas")

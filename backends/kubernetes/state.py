@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from backends.base import BackendError
-from backends.documents import decode, encode
+from backends.documents import decode_all, decode_kept, encode
 from backends.kubernetes.api import (
     CONFIGMAPS,
     DEPLOYMENTS,
@@ -65,22 +65,18 @@ class DeploymentAnnotations:
     def name_of(self, key: str) -> str:
         return f"{self.where} ({ANNOTATION}{key})"
 
-    def _annotations(self) -> dict[str, Any]:
+    def _kept(self) -> dict[str, Any]:
+        """The annotations that are documents, by key (the prefix taken off)."""
         deployment = self._deployment() or {}
-        return dict((deployment.get("metadata") or {}).get("annotations") or {})
+        annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+        n = len(ANNOTATION)
+        return {name[n:]: raw for name, raw in annotations.items() if name.startswith(ANNOTATION)}
 
     async def load(self, key: str) -> dict[str, Any] | None:
-        raw = self._annotations().get(ANNOTATION + key)
-        return None if raw is None else decode(str(raw), self.name_of(key))
+        return decode_kept(self._kept().get(key), self.name_of(key))
 
     async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
-        found = {}
-        for name, raw in self._annotations().items():
-            if name.startswith(ANNOTATION + prefix):
-                key = name[len(ANNOTATION) :]
-                if (document := decode(str(raw), f"{self.where} ({name})")) is not None:
-                    found[key] = document
-        return found
+        return decode_all(self._kept(), prefix, self.name_of)
 
     async def save(self, key: str, document: Mapping[str, Any]) -> None:
         api = self._api()
@@ -123,17 +119,10 @@ class ConfigMapStore:
         return dict(configmap.get("data") or {})
 
     async def load(self, key: str) -> dict[str, Any] | None:
-        raw = (await self._data()).get(key)
-        return None if raw is None else decode(str(raw), self.name_of(key))
+        return decode_kept((await self._data()).get(key), self.name_of(key))
 
     async def load_all(self, prefix: str) -> dict[str, dict[str, Any]]:
-        found = {}
-        for key, raw in (await self._data()).items():
-            if not key.startswith(prefix):
-                continue
-            if (document := decode(str(raw), self.name_of(key))) is not None:
-                found[key] = document
-        return found
+        return decode_all(await self._data(), prefix, self.name_of)
 
     async def save(self, key: str, document: Mapping[str, Any]) -> None:
         api = self._api()

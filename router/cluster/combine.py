@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from backends.base import Peer
+from backends.membership import Peer
 from backends.outside import Refused, count, taken
 from backends.units import MAX_DURATION
 from router.scale.state import Phase

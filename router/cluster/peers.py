@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from backends.base import Membership, Peer
+from backends.membership import Membership, Peer
 from backends.outside import Refused
 from router.cluster.combine import PeerRecord, word_from_json
 

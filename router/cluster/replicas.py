@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from backends.base import Membership, Peer
+from backends.membership import Membership, Peer
 from backends.outside import one_line
 from backends.specs import ReplicasSpec
 from router.cluster.combine import (

@@ -17,21 +17,19 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import Counter as PromCounter
-from prometheus_client import Gauge, Histogram
 
-from backends.base import Cloud
+from backends.cloud_api import Cloud
 from backends.registry import make_cloud
 from router.config import Config, logged_path
 from router.errors import RequestError
-from router.metrics import Metrics
+from router.metrics import Families, Metrics
 from router.openai.budget import Budget
 from router.openai.call import DECISION, DECISION_HEADER, REQUEST_ID, Call
 from router.openai.credentials import ClientKeys, cloud_api_keys, load_client_keys
 from router.openai.errors import ModelNotFound, openai_error_response
+from router.openai.facts import Rules, Snapshot
 from router.openai.intake import Intake, begin
 from router.openai.placing import Placer
-from router.openai.policy import Rules, Snapshot
 from router.openai.ttft import FirstTokens
 from router.scale.targets import TargetRuntime
 
@@ -59,38 +57,26 @@ def build_openai_api(
 
 class ApiMetrics:
     def __init__(self, metrics: Metrics, budget: Budget) -> None:
-        r, ns = metrics.registry, "warmgate"
-        self.decisions = PromCounter(
-            "decisions",
-            "Placement decisions of API requests",
-            ["model", "placement", "reason"],
-            namespace=ns,
-            registry=r,
+        make = Families(metrics.registry)
+        self.decisions = make.counter(
+            "decisions", "Placement decisions of API requests", ["model", "placement", "reason"]
         )
-        self.cloud_spend = PromCounter(
-            "cloud_spend_usd", "USD spent in each cloud", ["cloud"], namespace=ns, registry=r
-        )
-        self.cloud_spend_by_model = PromCounter(
+        self.cloud_spend = make.counter("cloud_spend_usd", "USD spent in each cloud", ["cloud"])
+        self.cloud_spend_by_model = make.counter(
             "cloud_spend_by_model_usd",
             "USD spent in each cloud for each model (warmgate_cloud_spend_usd_total, by model)",
             ["cloud", "model"],
-            namespace=ns,
-            registry=r,
         )
-        self.budget_remaining = Gauge(
+        self.budget_remaining = make.gauge(
             "cloud_budget_remaining_usd",
             "USD the day's cloud budget still allows (reservations deducted)",
-            namespace=ns,
-            registry=r,
         )
         self.budget_remaining.set_function(budget.left)
-        self.ttft = Histogram(
+        self.ttft = make.histogram(
             "ttft_seconds",
             "API answers: from the request's arrival to the first body bytes (time to first token)",
             ["model", "where"],
-            buckets=TTFT_BUCKETS,
-            namespace=ns,
-            registry=r,
+            TTFT_BUCKETS,
         )
 
 

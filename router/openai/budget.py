@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from backends.base import StateStore
+from backends.documents import StateStore
 from backends.outside import number, one_line
 from router.scale.persist import Writer, read_back
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from router.config import ModelSpec
 from router.openai.costs import Bound
 from router.openai.credentials import Client
-from router.openai.policy import Ask
+from router.openai.facts import Ask
 
 
 def _request_key(name: str) -> web.RequestKey[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from backends.base import Cloud, CloudError
+from backends.cloud_api import Cloud, CloudError
 from router.config import Placement
 from router.openai.budget import Budget, Reservation
 from router.openai.call import Call

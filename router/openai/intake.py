@@ -20,8 +20,8 @@ from router.openai.call import MAX_WAIT_HEADER, PATHS, REQUEST_ID, UPSTREAM_ID, 
 from router.openai.costs import bound
 from router.openai.credentials import Client, ClientKeys, Privacy
 from router.openai.errors import InvalidApiKey, InvalidRequest, ModelNotFound
+from router.openai.facts import Ask
 from router.openai.fields import check_fields
-from router.openai.policy import Ask
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 

@@ -15,24 +15,17 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter as PromCounter
 
-from backends.base import Cloud
+from backends.cloud_api import Cloud
 from router.config import Config
 from router.errors import RequestError
 from router.openai.budget import Budget
 from router.openai.call import DECISION, PATHS, Call
 from router.openai.cloud import CloudCaller, CloudUnavailable
 from router.openai.errors import BudgetExhausted, CloudFailed, NotPlaced
+from router.openai.facts import CloudOption, LocalOption, Rules, Snapshot
 from router.openai.images import ComfyImages, load_workflow
 from router.openai.local import api_facts, forward_local
-from router.openai.policy import (
-    Action,
-    CloudOption,
-    Decision,
-    LocalOption,
-    Rules,
-    Snapshot,
-    decide,
-)
+from router.openai.policy import Action, Decision, decide
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from backends.base import RequestFacts
 from router.openai.budget import Budget
 from router.openai.costs import Bound
-from router.openai.policy import Action, Ask, CloudOption, LocalOption, Rules, Snapshot, decide
+from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
+from router.openai.policy import Action, decide
 from router.simulate.trace import Request
 
 if TYPE_CHECKING:

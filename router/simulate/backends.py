@@ -171,9 +171,6 @@ class SimEngine:
     def wakes(self, facts: RequestFacts) -> bool:
         return self.real.wakes(facts)
 
-    def stream_is_activity(self, path: str) -> bool:
-        return self.real.stream_is_activity(path)
-
     def stream_activity(self, path: str) -> StreamActivity:
         return self.real.stream_activity(path)
 

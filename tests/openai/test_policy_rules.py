@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from router.openai.policy import TABLE, Action, Ask, Facts, Rules, Snapshot, decide, rule_for
+from router.openai.facts import Ask, Facts, Rules, Snapshot
+from router.openai.policy import TABLE, Action, decide, rule_for
 from router.scale.state import Phase
 from tests.test_policy import COLD, COLD_FAST, NOW, PRIVATE, PUBLIC, READY, RULES, local, snap
 
