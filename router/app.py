@@ -4,7 +4,6 @@ dispatcher -> apps). Background work lives in ``cleanup_ctx``: it starts and sto
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -20,8 +19,7 @@ from router.config import Config
 from router.dashboard import add_dashboard
 from router.http.h1.connector import UpstreamConnector
 from router.http.h1.framer import MAX_HEAD
-from router.http.proxy import held_for_a_connection
-from router.http.websocket import GOING_AWAY, UpstreamSocket
+from router.http.websocket import UpstreamSocket
 from router.keys import CONFIG, METRICS, READINESS, RUNTIMES, Readiness
 from router.metrics import Metrics
 from router.openai.api import build_openai_api
@@ -29,6 +27,7 @@ from router.openai.budget import kept
 from router.routing.dispatch import Dispatcher
 from router.routing.match import RouteTable
 from router.routing.waiting import PREFIX, WaitingPages
+from router.scale.activity import StreamEnd
 from router.scale.lifecycle import Lifecycle
 from router.scale.persist import FileStore
 from router.scale.pool_runtime import PoolRuntime
@@ -52,7 +51,7 @@ def _session(runtime: TargetRuntime) -> aiohttp.ClientSession:
     connector = UpstreamConnector(  # aiohttp's (websockets) + warmgate's own HTTP pool
         limit=spec.limits.max_connections,
         keepalive_timeout=spec.timeouts.upstream_idle,
-        queued=held_for_a_connection(runtime),
+        queued=runtime.holding,  # a request waiting for a free connection counts as held
         limit_per_host=0,
         ttl_dns_cache=60,
     )
@@ -151,9 +150,7 @@ def build_apps(config: Config) -> Apps:
     async def close_streams(app: web.Application) -> None:
         """Websockets and event streams would hold the drain for its whole grace period."""
         for runtime in runtimes.values():
-            for close in list(runtime.activity.streams.values()):
-                with contextlib.suppress(Exception):
-                    await close(GOING_AWAY, "warmgate is shutting down")
+            await runtime.activity.close_streams(StreamEnd.SHUTDOWN)
 
     public = web.Application(handler_args={"max_field_size": 16384})
     public[CONFIG] = config

@@ -13,6 +13,7 @@ import pytest
 from backends.base import RequestFacts
 from router.config import parse_config
 from router.errors import HoldTimeout, Shedding, TargetAsleep, TargetFailed
+from router.http.websocket import close_for
 from router.metrics import Metrics
 from router.scale.lifecycle import Lifecycle
 from router.scale.machine import Event
@@ -113,7 +114,8 @@ async def test_stream_frames_are_activity_silent_streams_are_not() -> None:
         activity = rig.runtime.activity
         closed: list[int] = []
 
-        async def close(code: int, reason: str) -> None:
+        async def close(why: str) -> None:
+            code, _ = close_for(why)  # the close code http gives scale's word
             closed.append(code)
 
         activity.streams[object()] = close
@@ -131,7 +133,8 @@ async def test_a_request_during_the_drain_cancels_it() -> None:
         late: list[asyncio.Task[float]] = []
         closed: list[int] = []
 
-        async def close(code: int, reason: str) -> None:
+        async def close(why: str) -> None:
+            code, _ = close_for(why)  # the close code http gives scale's word
             closed.append(code)
 
         rig.runtime.activity.streams[object()] = close

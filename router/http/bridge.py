@@ -8,8 +8,9 @@ socket and outlive several: while there is none, what the client sends is kept (
 side. The client's socket has one reader for its whole life.
 
 Counted in flight from the upgrade until the engine's socket is up; then as the engine says
-(``open``: in flight while bridged; ``frames``: activity while it carries frames). However it
-ends, it is accounted once (``ended``): one access-log line, one request counted."""
+(``open``: in flight while bridged; ``frames``: activity while it carries frames), each count in
+a block of its own. However it ends, it is accounted once (``ended``): one access-log line, one
+request counted."""
 
 from __future__ import annotations
 
@@ -26,9 +27,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from router.errors import UpstreamError
-from router.http.in_flight import InFlight
 from router.http.proxy import COLD_START_HEADER
-from router.http.runtime import Runtime
+from router.http.runtime import Flight, Runtime
 from router.http.websocket import (
     CLOSE_TIMEOUT,
     GOING_AWAY,
@@ -36,6 +36,7 @@ from router.http.websocket import (
     SEND_ERRORS,
     Socket,
     client_socket,
+    close_for,
     close_reason,
     connect_upstream,
     ending,
@@ -112,34 +113,29 @@ class Bridge:
     async def serve(
         self,
         upstream: aiohttp.ClientWebSocketResponse | None,
-        flight: InFlight | None = None,
+        flight: Flight | None = None,
         cold_wait: float | None = None,
         again: Again | None = None,
     ) -> web.StreamResponse:
-        """Answer the upgrade and bridge the client to ``upstream`` (its ``flight`` ends with
-        that bridge); holding (``again``), to each next one until the client's socket ends.
-        The engine's socket is closed however this ends. Raises
+        """Answer the upgrade and bridge the client to ``upstream`` (its ``flight``, the
+        upgrade's, ends with that bridge); holding (``again``), to each next one until the
+        client's socket ends. The engine's socket is closed however this ends. Raises
         :class:`router.errors.UpstreamError` when the client left during the upgrade."""
         self.upstream = upstream
         how: Ends | None = None
         try:
-            await self._accept(cold_wait)
-            while True:
+            with flight or contextlib.nullcontext():
+                await self._accept(cold_wait)
+                if self.upstream is not None:
+                    how = await self._bridge(self.upstream)
+            while again is not None and how not in (Ends.CLOSED, Ends.GONE):
+                self.upstream = None  # closed by the release, or gone (or none yet)
+                self.upstream = await again(how)
                 if self.upstream is None:
-                    if again is None:
-                        break
-                    self.upstream = await again(how)
-                    if self.upstream is None:
-                        break
-                    flight = self.runtime.in_flight() if self.open_mode else None
-                how = await self._bridge(self.upstream, flight)
-                flight = None
-                if again is None or how in (Ends.CLOSED, Ends.GONE):
                     break
-                self.upstream = None  # closed by the release, or gone
+                with self.runtime.in_flight() if self.open_mode else contextlib.nullcontext():
+                    how = await self._bridge(self.upstream)
         finally:
-            if flight is not None:
-                flight.end()
             await self._finish()
         return self.client
 
@@ -203,13 +199,15 @@ class Bridge:
 
     # -- bridged ------------------------------------------------------------------------------
 
-    async def _bridge(
-        self, upstream: aiohttp.ClientWebSocketResponse, flight: InFlight | None
-    ) -> Ends:
-        rt = self.runtime
-        key = object()
-        rt.activity.streams[key] = self.release
-        rt.m_ws_open.inc()
+    async def _bridge(self, upstream: aiohttp.ClientWebSocketResponse) -> Ends:
+        with self.runtime.stream(self._ended_by_warmgate, websocket=True):
+            return await self._bridged(upstream)
+
+    async def _ended_by_warmgate(self, why: str) -> None:
+        """A release, or warmgate's shutdown (scale says which): closed as :meth:`release`."""
+        await self.release(*close_for(why))
+
+    async def _bridged(self, upstream: aiohttp.ClientWebSocketResponse) -> Ends:
         pump: asyncio.Future[Ends] | None = None
         gone = asyncio.ensure_future(self.gone.wait())
         try:
@@ -235,10 +233,6 @@ class Bridge:
                 pump.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await pump
-            rt.activity.streams.pop(key, None)
-            rt.m_ws_open.dec()
-            if flight is not None:
-                flight.end()
 
     async def _pump(self, upstream: aiohttp.ClientWebSocketResponse) -> Ends:
         """The engine's messages to the client until the engine's side ends; how it ended."""
@@ -321,15 +315,16 @@ async def forward_websocket(
     ``ended`` is told every response this returns, and an upgraded websocket however it ends
     (a client that goes away cancels this handler). Raises :class:`router.errors.RequestError`
     (accounted by the caller) when the upstream cannot be reached."""
-    mode = runtime.engine.stream_activity(url.path)
+    open_mode = runtime.engine.stream_activity(url.path) == "open"
     # From the upgrade on, the GPU must stay up for it: in flight while its upstream connects;
     # activity only where the engine counts its sockets open (a tab reconnecting is no use).
-    with runtime.in_flight(counts=mode == "open") as flight:
+    with runtime.in_flight(counts=open_mode) as flight:
         upstream = await connect_upstream(request, runtime, session, url, headers)
         if isinstance(upstream, web.Response):  # the engine refused the upgrade
             ended(upstream)
             return upstream
-        if mode != "open":  # counted by its frames (or not at all) once it is up
-            flight.end()
         bridge = Bridge(request, runtime, url.path, ended, upstream.protocol)
-        return await bridge.serve(upstream, flight, cold_wait)
+        if open_mode:  # in flight until its bridge ends (serve's block ends this flight)
+            return await bridge.serve(upstream, flight, cold_wait)
+    # counted by its frames (or not at all) once it is up
+    return await bridge.serve(upstream, None, cold_wait)

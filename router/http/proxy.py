@@ -27,9 +27,8 @@ from router.http.headers import (
     needs_empty_length,
     serialize_request_head,
 )
-from router.http.in_flight import InFlight
 from router.http.replies import STARTED
-from router.http.runtime import Runtime
+from router.http.runtime import Flight, Runtime
 from router.http.sse import EventParser, JobWatch
 
 log = logging.getLogger("warmgate.proxy")
@@ -96,7 +95,7 @@ async def forward_http(
     url: URL,
     headers: CIMultiDict[str],
     cold_wait: float | None,
-    in_flight: InFlight,
+    in_flight: Flight,
     body: bytes | None = None,
     first_bytes: Callable[[], None] | None = None,
 ) -> web.StreamResponse:
@@ -178,7 +177,7 @@ async def respond(
     upstream: Exchange,
     path: str,
     cold_wait: float | None,
-    in_flight: InFlight,
+    in_flight: Flight,
     first_bytes: Callable[[], None] | None = None,
 ) -> web.StreamResponse:
     """Stream ``upstream``'s response to the client (the caller closes ``upstream``); a stream
@@ -208,10 +207,10 @@ async def respond(
     response = kind(status=upstream.status, reason=upstream.reason, headers=headers)
     if length is None and request.version >= aiohttp.HttpVersion11:
         response.enable_chunked_encoding()
-    stream_key: object | None = None
     ended = False
     """warmgate ended the stream itself (a release, a shutdown): the end of its body."""
-    activity = runtime.activity
+    counting: contextlib.ExitStack | None = None
+    """A stream's blocks: its entry, its pause from ``in_flight``, its jobs; closed last."""
     # The engine says how an event stream counts: for its whole life (``open``: it stays in
     # flight, e.g. a streamed completion), while it carries events (``frames``), while a job it
     # carries runs (``jobs``: Gradio's queue/data, watched by router.http.sse), or never.
@@ -223,16 +222,18 @@ async def respond(
     farewell = stream_farewell(runtime.engine, path) if stream else None
     events = (watch.parser if watch is not None else EventParser()) if farewell else None
     if stream:
-        stream_key = object()
-        if mode != "open":
-            in_flight.end()
 
-        async def close(code: int, reason: str) -> None:
+        async def close(why: str) -> None:
             nonlocal ended
             ended = True
             upstream.close()
 
-        activity.streams[stream_key] = close
+        counting = contextlib.ExitStack()
+        counting.enter_context(runtime.stream(close))
+        if mode != "open":
+            counting.enter_context(in_flight.paused())
+        if watch is not None:  # its jobs end before the request is in flight again
+            counting.enter_context(watch.running)
     sent = 0
     try:
         await response.prepare(request)
@@ -276,26 +277,9 @@ async def respond(
             request.transport.close()
     finally:
         runtime.m_bytes_out.inc(sent + upstream.sent)
-        if stream_key is not None:
-            activity.streams.pop(stream_key, None)
-            if watch is not None:
-                watch.close()
-            if mode != "open":
-                # balanced by the caller's end(), which leaves the idle clock alone: the end
-                # of a stream is no activity (its frames or jobs were)
-                in_flight.rejoin()
+        if counting is not None:
+            counting.close()
     return response
-
-
-def held_for_a_connection(runtime: Runtime) -> Callable[[int], None]:
-    """What a target's upstream pool tells when a request starts (+1) or stops (-1) waiting
-    for a free connection (``limits.max_connections``): the request counts as held."""
-
-    def queued(delta: int) -> None:
-        runtime.activity.held += delta
-        runtime.m_held.inc(delta)
-
-    return queued
 
 
 class _WithFirstBytes(web.StreamResponse):

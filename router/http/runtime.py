@@ -1,30 +1,25 @@
 """What forwarding needs of a target: its name and limits, its activity, the metrics it bumps,
-its engine's word on streams, and the loop's clock. router.scale.targets.TargetRuntime is one
-(structurally: router.http imports nothing of router.scale); tests may pass any other."""
+the blocks that count its requests and streams, its engine's word on streams, and the loop's
+clock. router.scale.targets.TargetRuntime is one (structurally: router.http imports nothing of
+router.scale, nor router.scale of router.http); tests may pass any other."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any, Protocol, Self
 
-if TYPE_CHECKING:
-    from router.http.in_flight import InFlight
-
-StreamCloser = Callable[[int, str], Awaitable[None]]
-"""Closes a long-lived stream with a (websocket) close code and reason."""
+StreamCloser = Callable[[str], Awaitable[None]]
+"""Closes a long-lived stream, told why warmgate ends it (scale's word: a release, its
+shutdown); the close code that says so is :func:`router.http.websocket.close_for`'s."""
 
 
 class Count(Protocol):
     """A metric's child that counts up (a Prometheus counter or gauge)."""
 
     def inc(self, amount: float = 1) -> None: ...
-
-
-class Level(Count, Protocol):
-    """A metric's child that goes up and down (a Prometheus gauge)."""
-
-    def dec(self, amount: float = 1) -> None: ...
 
 
 class Labelled(Protocol):
@@ -68,22 +63,39 @@ class Spec(Protocol):
 
 
 class Activity(Protocol):
-    """A target's activity: requests in flight, frames carried, long-lived streams open."""
+    """A target's activity, as forwarding moves it outside its counting blocks."""
 
     last_frame: float
     """Loop time a stream last carried a frame that counts."""
-    held: int
-    """Requests waiting: for the target to be ready, or for a free upstream connection."""
 
-    @property
-    def streams(self) -> dict[object, StreamCloser]: ...
 
-    def begin(self, now: float, *, counts: bool = True) -> None: ...
+class Flight(Protocol):
+    """One request counted in flight (router.scale.activity.InFlight): begun when made, ended
+    on leaving its ``with`` block."""
 
-    def end(self, now: float, *, counts: bool = True) -> None: ...
+    def __enter__(self) -> Self: ...
 
-    def rejoin(self) -> None:
-        """Count a request in flight again without activity: its coming end is none."""
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    def paused(self) -> AbstractContextManager[None]:
+        """Out of flight while the block runs (a stream that counts by its frames or jobs);
+        in again at its end, and the request's own end then moves no idle clock."""
+        ...
+
+
+class Flights(Protocol):
+    """One request in flight per job a stream carries (router.scale.activity.Flights)."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    def runs(self, count: int) -> None:
+        """``count`` jobs run now."""
         ...
 
 
@@ -126,16 +138,17 @@ class Runtime(Protocol):
     @property
     def m_bytes_out(self) -> Count: ...
 
-    @property
-    def m_in_flight(self) -> Level: ...
-
-    def in_flight(self, *, counts: bool = True) -> InFlight:
-        """This request counted in flight until its ``with`` block ends
-        (:mod:`router.http.in_flight`)."""
+    def in_flight(self, *, counts: bool = True) -> Flight:
+        """This request counted in flight until its ``with`` block ends."""
         ...
 
-    @property
-    def m_held(self) -> Level: ...
+    def flights(self) -> Flights:
+        """One request in flight per job a stream carries, until its ``with`` block ends."""
+        ...
 
-    @property
-    def m_ws_open(self) -> Level: ...
+    def stream(
+        self, close: StreamCloser, *, websocket: bool = False
+    ) -> AbstractContextManager[None]:
+        """A long-lived stream open while the block runs: closed with ``close`` at a release
+        or warmgate's shutdown; a ``websocket`` counted on ``warmgate_websockets_open``."""
+        ...

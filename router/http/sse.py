@@ -9,8 +9,8 @@ while it waits in Gradio's queue, ``process_starts`` ...) until its ``process_co
 
 Sans-IO: :class:`EventParser` (bytes in, however split, each event's data out) and
 :class:`Jobs` (messages in, jobs started and finished out) decide; :class:`JobWatch` only
-counts what they say in the target's activity. The proxy feeds it a copy of each piece of a
-``jobs`` stream; every other stream is piped untouched."""
+counts what they say in the target's activity, in a block the stream's end ends. The proxy
+feeds it a copy of each piece of a ``jobs`` stream; every other stream is piped untouched."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import json
 import re
 from typing import Final
 
-from router.http.in_flight import InFlight
 from router.http.runtime import Runtime
 
 MAX_EVENT: Final = 64 * 1024
@@ -157,27 +156,18 @@ class Jobs:
 
 
 class JobWatch:
-    """A ``jobs`` stream being forwarded: each job it carries counts in flight while it runs."""
+    """A ``jobs`` stream being forwarded: each job it carries counts in flight while it runs,
+    in the ``running`` block, which the stream's end ends (and every job left with it)."""
 
     def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
         self.parser = EventParser()
         self.jobs = Jobs()
-        self.running: list[InFlight] = []
+        self.running = runtime.flights()
         """One in flight per job the stream carries and that has not finished."""
 
     def feed(self, data: bytes) -> None:
         for text, cut in self.parser.feed(data):
             message = job_message(text, cut)
             if message is not None:
-                self._count(*self.jobs.feed(*message))
-
-    def close(self) -> None:
-        """The stream ended (or was cut): its jobs end with it."""
-        self._count(0, self.jobs.end())
-
-    def _count(self, started: int, finished: int) -> None:
-        running = self.running
-        running.extend(self.runtime.in_flight() for _ in range(started))
-        for _ in range(min(finished, len(running))):
-            running.pop().end()
+                self.jobs.feed(*message)
+                self.running.runs(len(self.jobs.running))

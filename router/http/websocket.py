@@ -28,6 +28,14 @@ NORMAL: Final = int(WSCloseCode.OK)
 GOING_AWAY: Final = int(WSCloseCode.GOING_AWAY)
 """1001: a side went away without a close frame, a release, warmgate's shutdown."""
 
+
+def close_for(why: str) -> tuple[int, str]:
+    """The close code and reason of a stream warmgate ends, told why (scale's word, a
+    ``router.scale.activity.StreamEnd``): every such end, a release or warmgate's shutdown,
+    is a going away (1001), with the word as its reason."""
+    return GOING_AWAY, why
+
+
 MAX_REASON: Final = 123
 """Bytes of reason a close frame has room for (125 for a control frame, 2 for the code)."""
 

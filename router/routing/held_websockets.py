@@ -31,7 +31,8 @@ from yarl import URL
 from backends.base import websocket_again
 from router.errors import Shedding
 from router.http.bridge import Bridge, Ended, Ends
-from router.http.websocket import GOING_AWAY, connect_upstream
+from router.http.websocket import close_for, connect_upstream
+from router.scale.activity import StreamEnd
 from router.scale.hold import shutting_down
 from router.scale.state import Phase, TargetState
 from router.scale.targets import TargetRuntime
@@ -89,9 +90,9 @@ class HeldWebsocket:
                 if isinstance(upstream, web.Response):
                     bridge.ended(upstream)
                     return upstream
-                if not bridge.open_mode:
-                    flight.end()
-                return await bridge.serve(upstream, flight, again=self._again)
+                if bridge.open_mode:  # in flight until its first bridge ends (serve's block)
+                    return await bridge.serve(upstream, flight, again=self._again)
+            return await bridge.serve(upstream, again=self._again)  # by its frames, once up
         if rt.closing:
             raise shutting_down(rt.name)
         if rt.waiting() >= rt.spec.scaling.max_held:
@@ -128,10 +129,7 @@ class HeldWebsocket:
         other than ``stale``, or after :data:`RETRY_AFTER`); False when the tab left or
         warmgate shuts down (the socket is closed with 1001 then)."""
         rt, gone = self.rt, self.bridge.gone
-        rt.activity.held_sockets += 1
-        gauge = rt.metrics.websockets_held.labels(rt.name)
-        gauge.inc()
-        try:
+        with rt.holding_socket():
             while True:
                 ready = asyncio.ensure_future(rt.cell.wait_for(self._settled(stale)))
                 left = asyncio.ensure_future(gone.wait())
@@ -146,14 +144,11 @@ class HeldWebsocket:
                 if gone.is_set():
                     return False
                 if rt.closing:
-                    await self.bridge.close_client(GOING_AWAY, "warmgate is shutting down")
+                    await self.bridge.close_client(*close_for(StreamEnd.SHUTDOWN))
                     return False
                 if _engine(rt, rt.state):
                     return True
                 stale = None  # tried again after RETRY_AFTER, and not up: wait until it is
-        finally:
-            rt.activity.held_sockets -= 1
-            gauge.dec()
 
     def _settled(self, stale: TargetState | None) -> Callable[[TargetState], bool]:
         """What ends a hold: the engine up for work in a state other than ``stale``, or the

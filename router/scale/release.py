@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from router.http.websocket import GOING_AWAY
+from router.scale.activity import StreamEnd
 from router.scale.coordination import Others
 from router.scale.fencing import Fencing
 from router.scale.machine import Event, Machine
@@ -137,6 +137,4 @@ class Release:
         machine.apply(Event.RELEASED, f"stopped: {why}", endpoints=())
 
     async def close_streams(self) -> None:
-        for close in list(self.rt.activity.streams.values()):
-            with contextlib.suppress(Exception):
-                await close(GOING_AWAY, "idle: the GPU is released")
+        await self.rt.activity.close_streams(StreamEnd.RELEASED)

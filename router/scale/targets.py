@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from backends.base import Backend, CountsRefusals, Engine, RequestFacts, parking
 from router.config import Economics, Target
 from router.errors import HoldTimeout, NoEndpoint, TargetAsleep
-from router.http.in_flight import InFlight
 from router.metrics import Metrics
-from router.scale.activity import Activity
+from router.scale.activity import (
+    Activity,
+    Flights,
+    InFlight,
+    StreamCloser,
+    holding,
+    holding_socket,
+    stream,
+)
 from router.scale.engine_queue import EngineQueue
 from router.scale.hold import (
     HoldResult,
@@ -198,7 +206,26 @@ class TargetRuntime:
 
     def in_flight(self, *, counts: bool = True) -> InFlight:
         """This request counted in flight, now, until its ``with`` block ends."""
-        return InFlight(self, counts=counts)
+        return InFlight(self.activity, self.m_in_flight, self.loop.time, counts=counts)
+
+    def flights(self) -> Flights:
+        """One request in flight per job a stream carries, until its ``with`` block ends."""
+        return Flights(self.in_flight)
+
+    def holding(self) -> AbstractContextManager[None]:
+        """A request held while the block runs (for readiness, or for a free connection)."""
+        return holding(self.activity, self.m_held)
+
+    def holding_socket(self) -> AbstractContextManager[None]:
+        """A tab's websocket held open while the block runs (``waiting.hold_websockets``)."""
+        return holding_socket(self.activity, self.metrics.websockets_held.labels(self.name))
+
+    def stream(
+        self, close: StreamCloser, *, websocket: bool = False
+    ) -> AbstractContextManager[None]:
+        """A long-lived stream open while the block runs, closed with ``close`` at a release or
+        at warmgate's shutdown; a ``websocket`` shows on ``warmgate_websockets_open``."""
+        return stream(self.activity, close, self.m_ws_open if websocket else None)
 
     def servable_now(self) -> TargetState | None:
         state = self.cell.current
@@ -299,18 +326,17 @@ class TargetRuntime:
             ).inc()
             raise error
         self._resumed(now)
-        self.activity.held += 1
-        self.m_held.inc()
-        self.wake.set()
         outcome = "disconnected"
         try:
-            if self.activity.held == 1:
-                for listener in self.on_first_hold:
-                    listener()
-            limit = self.spec.scaling.cold_start_timeout
-            result = await wait_ready(self.cell, self.name, limit, self.loop, self._closing)
-            if paced:
-                await self.let_through(now + limit)
+            with self.holding():
+                self.wake.set()
+                if self.activity.held == 1:
+                    for listener in self.on_first_hold:
+                        listener()
+                limit = self.spec.scaling.cold_start_timeout
+                result = await wait_ready(self.cell, self.name, limit, self.loop, self._closing)
+                if paced:
+                    await self.let_through(now + limit)
             state = self.cell.current
             result = HoldResult(
                 state if _servable(state) else result.state, self.loop.time() - now, cold=True
@@ -322,9 +348,7 @@ class TargetRuntime:
             outcome = "timeout" if getattr(exc, "status", 0) == 504 else "failed"
             raise
         finally:
-            self.activity.held -= 1
             self.activity.last_wanted = self.loop.time()
             self.wake.set()  # one fewer waits: a start nobody waits for is given up in time
-            self.m_held.dec()
             self.m_hold_seconds.observe(self.loop.time() - now)
             self.metrics.hold_outcomes.labels(self.name, outcome).inc()

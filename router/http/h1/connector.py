@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import aiohttp
@@ -30,7 +31,7 @@ class UpstreamConnector(aiohttp.TCPConnector):
         *,
         limit: int = 0,
         keepalive_timeout: float = 4.0,
-        queued: Callable[[int], None] | None = None,
+        queued: Callable[[], AbstractContextManager[object]] | None = None,
         **kwargs: Any,
     ) -> None:
         if limit or keepalive_timeout <= 0:

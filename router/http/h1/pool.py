@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ssl
 from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Final, cast
@@ -55,19 +56,19 @@ class UpstreamPool:
     """Keep-alive connections of one target to its endpoints, at most ``limit`` (0: no limit)
     together with the connections opened elsewhere that :meth:`reserve` counted.
 
-    ``keepalive_timeout``: seconds an idle connection is kept (0: none is). ``queued``: told
-    +1 when a request starts to wait for a connection (at the limit), -1 when it stops."""
+    ``keepalive_timeout``: seconds an idle connection is kept (0: none is). ``queued``: the
+    block a request waits for a connection in (at the limit): it counts as held meanwhile."""
 
     def __init__(
         self,
         *,
         limit: int = 0,
         keepalive_timeout: float = 4.0,
-        queued: Callable[[int], None] | None = None,
+        queued: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         self.limit = limit
         self.keepalive_timeout = keepalive_timeout
-        self.queued = queued
+        self.queued = queued or contextlib.nullcontext
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[str, collections.deque[Connection]] = {}
         self._all: set[Connection] = set()
@@ -184,7 +185,8 @@ class UpstreamPool:
                 return await self._connect(ep, connect_timeout, deadline)
             if deadline is None and connect_timeout is not None:
                 deadline = cast(asyncio.AbstractEventLoop, self._loop).time() + connect_timeout
-            await self._wait_for_room(ep.key, deadline)
+            with self.queued():
+                await self._wait_for_room(ep.key, deadline)
 
     def _has_room(self) -> bool:
         """A connection may be opened now (the longest idle one closed for it, if need be)."""
@@ -193,12 +195,9 @@ class UpstreamPool:
 
     async def _wait_for_room(self, key: str, deadline: float | None) -> None:
         """Wait until a connection is given back or closed, up to ``deadline`` (loop time);
-        the wait is reported to ``queued``."""
+        callers wait in a ``queued`` block."""
         waiter = cast(asyncio.AbstractEventLoop, self._loop).create_future()
         self._waiters.append(waiter)
-        queued = self.queued
-        if queued is not None:
-            queued(1)
         try:
             async with asyncio.timeout_at(deadline):
                 await waiter
@@ -212,9 +211,6 @@ class UpstreamPool:
                     f"no free connection to {key} in time ({self.limit} in use)"
                 ) from exc
             raise
-        finally:
-            if queued is not None:
-                queued(-1)
         if self._closed:
             raise ConnectionBroken("warmgate is shutting down")
 
@@ -227,7 +223,8 @@ class UpstreamPool:
         while not self._has_room():
             if deadline is None and connect_timeout is not None:
                 deadline = self._loop.time() + connect_timeout
-            await self._wait_for_room("the target", deadline)
+            with self.queued():
+                await self._wait_for_room("the target", deadline)
         self._reserved += 1
 
     def unreserve(self) -> None:
