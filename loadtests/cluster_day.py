@@ -8,9 +8,11 @@ queue and what the people waited, and ``warmgate simulate``'s prediction beside 
 
 Without ``--trace`` the day is the office day (loadtests/traces/office.py, a lab of four on the
 image UI ``comfyui``) and one bursty evening (one creator on the video UI ``wan2gp``), seed 1.
-A trace of your own names the targets ``comfyui`` and ``wan2gp``. Writes ``cluster-day.md``
-(tables), ``cluster-day.svg`` (one row per GPU over the day, per policy) and the trace replayed
-(``cluster-day-trace.csv``) to ``--out``. Needs the control plane (``make kube-bins``)."""
+A trace of your own may name the targets ``comfyui`` and ``wan2gp``; any other target it names is
+replayed on one of them (fit_targets: the busiest on a UI it leaves free, the rest on the video
+UI). Writes ``cluster-day.md`` (tables), ``cluster-day.svg`` (one row per GPU over the day, per
+policy) and the trace replayed (``cluster-day-trace.csv``) to ``--out``.
+Needs the control plane (``make kube-bins``)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,23 @@ def default_trace(seed: int = 1) -> list[Request]:
     the engine's (the demo engine renders in a fixed time per target, the simulator is told so)."""
     day = generate("office", seed, 1, "comfyui") + generate("evening", seed, 1, "wan2gp")
     return sorted(day, key=lambda r: r.at)
+
+
+def fit_targets(trace: list[Request]) -> tuple[list[Request], dict[str, str]]:
+    """The trace on the day's two UIs: a target named ``comfyui`` or ``wan2gp`` keeps its UI;
+    the others (and requests naming none) take the UIs left, the busiest first, the rest
+    sharing the video UI. Returns the trace and what each other target became."""
+    names: dict[str, int] = {}
+    for r in trace:
+        name = r.target or r.model or "(none)"
+        names[name] = names.get(name, 0) + 1
+    left = [ui for ui in UIS if ui not in names]
+    others = sorted((n for n in names if n not in UIS), key=lambda n: -names[n])
+    fitted = {name: left[i] if i < len(left) else list(UIS)[-1] for i, name in enumerate(others)}
+    return [
+        r if r.target in UIS else replace(r, target=fitted[r.target or r.model or "(none)"])
+        for r in trace
+    ], fitted
 
 
 def engine_work(trace: list[Request]) -> list[Request]:
@@ -121,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(policies) - set(POLICIES)
     if unknown:
         ap.error(f"unknown policies {sorted(unknown)}: choose from {', '.join(POLICIES)}")
-    trace = engine_work(list(read(a.trace).requests) if a.trace else default_trace(a.seed))
+    trace, fitted = fit_targets(list(read(a.trace).requests) if a.trace else default_trace(a.seed))
+    for name, ui in fitted.items():
+        print(f"the trace's {name!r} is replayed on {ui!r}", flush=True)
+    trace = engine_work(trace)
     a.out.mkdir(parents=True, exist_ok=True)
     trace_file = a.out / "cluster-day-trace.csv"
     with trace_file.open("w") as handle:
