@@ -237,7 +237,7 @@ class Engine(Protocol):
         """True while the engine works with no HTTP traffic (a render in its own queue)."""
         ...
 
-    def wakes(self, facts: RequestFacts) -> bool:
+    def may_start(self, facts: RequestFacts) -> bool:
         """Whether this request may start a cold target."""
         ...
 

@@ -20,8 +20,7 @@ from pathlib import Path
 from backends.base import Observation, ObservationListener
 from backends.engines.common import engine_error, raised_line
 from backends.outside import one_line
-from backends.specs import READY_PORT
-from backends.specs import ProcessBackend as ProcessSpec
+from backends.specs import READY_PORT, ProcessSpec
 
 log = logging.getLogger("warmgate.process")
 

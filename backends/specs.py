@@ -30,7 +30,7 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class StaticBackend(Frozen):
+class StaticSpec(Frozen):
     """An always-on URL: nothing to scale."""
 
     kind: Literal["static"]
@@ -45,7 +45,7 @@ class StaticBackend(Frozen):
         return value.rstrip("/")
 
 
-class ProcessBackend(Frozen):
+class ProcessSpec(Frozen):
     """A local command started and stopped by warmgate: the embedded default for one workstation."""
 
     kind: Literal["process"]
@@ -78,7 +78,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
-class KubernetesBackend(Frozen):
+class KubernetesSpec(Frozen):
     """A Deployment scaled through its scale subresource; readiness from EndpointSlices
     (docs/kubernetes.md). Credentials: in-cluster ServiceAccount when present, else KUBECONFIG."""
 
@@ -125,7 +125,7 @@ class KubernetesBackend(Frozen):
         return value
 
     @model_validator(mode="after")
-    def _service_for_route(self) -> KubernetesBackend:
+    def _service_for_route(self) -> KubernetesSpec:
         if self.route_to == "service" and self.service is None:
             raise ValueError("route_to: service needs service: (the Service's name)")
         if self.service_port is not None and self.route_to != "service":
@@ -138,7 +138,7 @@ class KubernetesBackend(Frozen):
         return self.service or self.deployment
 
 
-BackendSpec = StaticBackend | ProcessBackend | KubernetesBackend
+BackendSpec = StaticSpec | ProcessSpec | KubernetesSpec
 Backend = Annotated[BackendSpec, Field(discriminator="kind")]
 BACKEND_KINDS = ("static", "process", "kubernetes")
 

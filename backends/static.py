@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backends.base import Observation, ObservationListener
-from backends.specs import StaticBackend as StaticSpec
+from backends.specs import StaticSpec
 
 
 class StaticBackend:

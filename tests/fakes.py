@@ -81,7 +81,7 @@ class FakeEngine:
             await self.during_busy_check()
         return self.busy_now
 
-    def wakes(self, facts: RequestFacts) -> bool:
+    def may_start(self, facts: RequestFacts) -> bool:
         return not facts.is_websocket
 
     def stream_activity(self, path: str) -> StreamActivity:

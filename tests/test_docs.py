@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from backends.specs import ProcessBackend
+from backends.specs import ProcessSpec
 from router.config import load_config
 from tests.helpers import ROOT
 
@@ -30,7 +30,7 @@ def test_the_comfyui_example_runs_comfyuis_python_and_waits_for_its_weights(
     (tmp_path / "workflows/warmup.json").write_text('{"1": {"class_type": "X", "inputs": {}}}')
     (tmp_path / "warmgate.yaml").write_text(example.group(1))
     target = load_config(tmp_path / "warmgate.yaml").targets["comfyui"]
-    assert isinstance(target.backend, ProcessBackend)
+    assert isinstance(target.backend, ProcessSpec)
     command = target.backend.command
     assert command[0] not in ("python", "python3"), "warmgate's own interpreter has no torch"
     assert "warmgate's own" in comfyui and "No module named 'torch'" in comfyui

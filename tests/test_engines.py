@@ -63,7 +63,7 @@ OPENAI = OpenAIEngine(EngineSpec(kind="openai"))
     ],
 )
 def test_comfyui_wake_rules(request_facts: RequestFacts, wakes: bool) -> None:
-    assert COMFY.wakes(request_facts) is wakes
+    assert COMFY.may_start(request_facts) is wakes
 
 
 def test_comfyui_api_routes_and_streams() -> None:
@@ -76,15 +76,15 @@ def test_comfyui_api_routes_and_streams() -> None:
 
 def test_wake_on_narrows_every_engine() -> None:
     narrow = ComfyUIEngine(EngineSpec(kind="comfyui", wake_on="navigation"))
-    assert narrow.wakes(facts("GET", "/", nav=True))
-    assert narrow.wakes(facts("POST", "/prompt"))
-    assert not narrow.wakes(facts("GET", "/assets/a.js"))
+    assert narrow.may_start(facts("GET", "/", nav=True))
+    assert narrow.may_start(facts("POST", "/prompt"))
+    assert not narrow.may_start(facts("GET", "/assets/a.js"))
     off = GradioEngine(EngineSpec(kind="gradio", wake_on="none"))
-    assert not off.wakes(facts("GET", "/", nav=True))
+    assert not off.may_start(facts("GET", "/", nav=True))
     http = HttpEngine(EngineSpec(wake_on="navigation"))
-    assert http.wakes(facts("POST", "/x")) and not http.wakes(facts("GET", "/x"))
-    assert HttpEngine(EngineSpec()).wakes(facts("GET", "/x"))
-    assert not HttpEngine(EngineSpec()).wakes(facts("GET", "/x", ws=True))
+    assert http.may_start(facts("POST", "/x")) and not http.may_start(facts("GET", "/x"))
+    assert HttpEngine(EngineSpec()).may_start(facts("GET", "/x"))
+    assert not HttpEngine(EngineSpec()).may_start(facts("GET", "/x", ws=True))
 
 
 @pytest.mark.parametrize(
@@ -100,13 +100,13 @@ def test_wake_on_narrows_every_engine() -> None:
 )
 def test_gradio_streams_and_wakes(path: str, activity: str, wakes: bool) -> None:
     assert GRADIO.stream_activity(path) == activity
-    assert GRADIO.wakes(facts("GET", path)) is wakes
+    assert GRADIO.may_start(facts("GET", path)) is wakes
 
 
 def test_openai_wakes_on_work_only_and_streams_are_in_flight() -> None:
-    assert OPENAI.wakes(facts("POST", "/v1/chat/completions"))
-    assert not OPENAI.wakes(facts("GET", "/v1/models"))
-    assert not OPENAI.wakes(facts("GET", "/health"))
+    assert OPENAI.may_start(facts("POST", "/v1/chat/completions"))
+    assert not OPENAI.may_start(facts("GET", "/v1/models"))
+    assert not OPENAI.may_start(facts("GET", "/health"))
     assert OPENAI.stream_activity("/v1/chat/completions") == "open"
 
 
@@ -121,13 +121,13 @@ def test_a_probe_through_warmgate_never_wakes() -> None:
     for engine in engines:
         for path in ("/readyz", "/healthz", "/readyz/", "/healthz?verbose=1"):
             for nav in (False, True):
-                assert not engine.wakes(facts("GET", path, nav=nav)), (engine, path, nav)
-        assert not engine.wakes(facts("HEAD", "/readyz")), engine
+                assert not engine.may_start(facts("GET", path, nav=nav)), (engine, path, nav)
+        assert not engine.may_start(facts("HEAD", "/readyz")), engine
     for engine in engines[-2:]:
-        assert not engine.wakes(facts("GET", "/ping")), "the config's own readiness path"
-    assert COMFY.wakes(facts("GET", "/ping"))  # a frontend file, as before
-    assert GRADIO.wakes(facts("GET", "/config")), "gradio_client opens with it"
-    assert COMFY.wakes(facts("GET", "/", nav=True)) and COMFY.wakes(facts("POST", "/prompt"))
+        assert not engine.may_start(facts("GET", "/ping")), "the config's own readiness path"
+    assert COMFY.may_start(facts("GET", "/ping"))  # a frontend file, as before
+    assert GRADIO.may_start(facts("GET", "/config")), "gradio_client opens with it"
+    assert COMFY.may_start(facts("GET", "/", nav=True)) and COMFY.may_start(facts("POST", "/prompt"))
 
 
 def test_readiness_paths_default_per_engine_unless_set() -> None:

@@ -17,7 +17,7 @@ from backends.kubernetes.api import KubeApi
 from backends.kubernetes.backend import KubernetesBackend
 from backends.kubernetes.client import Access, resolve_access
 from backends.kubernetes.informer import Backoff
-from backends.specs import KubernetesBackend as KubernetesSpec
+from backends.specs import KubernetesSpec
 from router.config import parse_config
 from router.errors import ConfigError
 from router.metrics import Metrics

@@ -25,7 +25,7 @@ from backends.kubernetes.stages import (
     unready_addresses,
 )
 from backends.outside import ERROR_CHARS
-from backends.specs import KubernetesBackend as KubernetesSpec
+from backends.specs import KubernetesSpec
 from router.config import Scaling
 from router.openai.budget import Budget, kept
 from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot

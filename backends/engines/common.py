@@ -321,7 +321,7 @@ class EngineBase:
         self._last_busy = answer
         return answer
 
-    def wakes(self, facts: RequestFacts) -> bool:
+    def may_start(self, facts: RequestFacts) -> bool:
         """Websockets never wake (an idle tab reconnects forever); ``wake_on: none`` nothing;
         nor a probe (:meth:`is_probe`) or one of the engine's reads (:meth:`is_read`), whatever
         the ``Accept``; page loads always; ``wake_on: navigation`` no other read; the rest: the

@@ -41,7 +41,7 @@ from backends.kubernetes.observe import observe, other_owners
 from backends.kubernetes.pods import PodWatch
 from backends.kubernetes.scaling import ScaleActions, forbidden, where
 from backends.kubernetes.state import DeploymentAnnotations
-from backends.specs import KubernetesBackend as KubernetesSpec
+from backends.specs import KubernetesSpec
 
 log = logging.getLogger("warmgate.kubernetes")
 

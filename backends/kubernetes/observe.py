@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from backends.base import Observation, Rollout
 from backends.kubernetes.api import Json
 from backends.kubernetes.stages import start_stage, unready_addresses
-from backends.specs import KubernetesBackend as KubernetesSpec
+from backends.specs import KubernetesSpec
 
 
 def spec_replicas(deployment: Json | None) -> int:

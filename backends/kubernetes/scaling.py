@@ -18,7 +18,7 @@ from backends.base import BackendError
 from backends.kubernetes.api import Forbidden, KubeApi, KubeError, Unreachable
 from backends.kubernetes.informer import Backoff, Informer
 from backends.kubernetes.observe import spec_replicas
-from backends.specs import KubernetesBackend as KubernetesSpec
+from backends.specs import KubernetesSpec
 
 log = logging.getLogger("warmgate.kubernetes")
 

@@ -17,7 +17,7 @@ from backends.specs import (
     Frozen,
     GradioWarmup,
     Park,
-    ProcessBackend,
+    ProcessSpec,
     Readiness,
 )
 from backends.units import MAX_COUNT, Duration, Size, integer, parse_duration, real
@@ -330,7 +330,7 @@ class Target(Frozen):
         if self.readiness.port != READY_PORT:
             return self
         backend = self.backend
-        told = isinstance(backend, ProcessBackend) and any(
+        told = isinstance(backend, ProcessSpec) and any(
             READY_PORT in part for part in (*backend.command, *backend.env.values())
         )
         if not told:

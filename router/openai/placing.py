@@ -115,7 +115,7 @@ class Placer:
         key = (runtime.name, kind)
         wakes = self._wake_rules.get(key)
         if wakes is None:
-            wakes = self._wake_rules[key] = runtime.engine.wakes(api_facts(PATHS[kind]))
+            wakes = self._wake_rules[key] = runtime.engine.may_start(api_facts(PATHS[kind]))
         return wakes
 
     def _predicted(self, runtime: TargetRuntime) -> float:

@@ -326,7 +326,7 @@ class WaitingPages:
     ) -> web.StreamResponse | None:
         if runtime.spec.waiting_page != "auto" or not facts.is_navigation or facts.is_websocket:
             return None
-        wakes = runtime.engine.wakes(facts)
+        wakes = runtime.engine.may_start(facts)
         if wakes:
             runtime.request_start(waiting=True)
         elif runtime.state.phase is Phase.PARKED:

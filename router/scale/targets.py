@@ -305,7 +305,7 @@ class TargetRuntime:
         if _servable(state):
             return HoldResult(state, 0.0, cold=False)
         now = self.loop.time()
-        if not self.engine.wakes(facts):
+        if not self.engine.may_start(facts):
             if _parked_serves(state):
                 # Its process is up without its weights: a read it answers needs no GPU.
                 return HoldResult(state, 0.0, cold=False)

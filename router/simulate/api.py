@@ -57,7 +57,7 @@ class ApiPlacer:
                         rt.spec.scaling.max_held,
                         rt.learned.predicted_cold_start(),
                         state.retry_at,
-                        rt.engine.wakes(_API_FACTS),
+                        rt.engine.may_start(_API_FACTS),
                         wake=rt.learned.wakes.predicted(),
                         waking=state.waking,
                         pool_wait=_pool_wait(rt),

@@ -168,8 +168,8 @@ class SimEngine:
     async def busy(self, base_url: str) -> bool:
         return self.loop.time() < self.free_at
 
-    def wakes(self, facts: RequestFacts) -> bool:
-        return self.real.wakes(facts)
+    def may_start(self, facts: RequestFacts) -> bool:
+        return self.real.may_start(facts)
 
     def stream_activity(self, path: str) -> StreamActivity:
         return self.real.stream_activity(path)

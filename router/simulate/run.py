@@ -298,7 +298,7 @@ class Replay:
     async def _waiting_page(self, runtime: TargetRuntime, facts: RequestFacts) -> None:
         """The waiting page: the start asked for, the person waits until the target serves
         (the page reloads itself then), up to the cold start timeout."""
-        if runtime.engine.wakes(facts):
+        if runtime.engine.may_start(facts):
             runtime.request_start(waiting=True)
         elif runtime.state.phase is not Phase.STARTING:
             await runtime.acquire(facts)  # raises: this request does not wake it
