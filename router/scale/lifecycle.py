@@ -46,7 +46,9 @@ class Lifecycle:
         self.window_change = math.inf
         """Loop time a ``keep_warm`` window begins or ends: the loop looks again then."""
         keda = keda_owns_replicas(runtime.backend)
-        self.machine = Machine(runtime.name, runtime.cell, runtime.loop, runtime.metrics)
+        self.machine = Machine(
+            runtime.name, runtime.cell, runtime.loop, runtime.metrics, runtime.spec.scaling
+        )
         self.next_probe = 0.0
         """While starting or waking: loop time of the next readiness probe."""
         self._probed_unready = False
@@ -251,7 +253,7 @@ class Lifecycle:
             return  # decided again: it waits for a seat, saying why
         if step.act is Act.START:
             self.adopted = False
-            self._starting(Event.START, step.reason, endpoints=(), waiting_for="")
+            self._starting(Event.START, step.reason)
             self._began = rt.state.since
             rt.metrics.cold_starts.labels(rt.name).inc()
             if not self.keda:  # KEDA adds the replica: the held request made the scaler say active
@@ -268,7 +270,7 @@ class Lifecycle:
             await self.release.reap()
         elif step.act is Act.LOST:
             released = self.fencing.released()  # fenced: the leader released it
-            machine.apply(Event.LOST, released or step.reason, endpoints=())
+            machine.apply(Event.LOST, released or step.reason)
             if released is not None:
                 await self.release.close_streams()
             elif self.others is None:  # one replica: reap what is left (a crashed child's group)
@@ -316,14 +318,14 @@ class Lifecycle:
         meanwhile (a drain goes back to that phase), and the next turn decides anew."""
         machine = self.machine
         if step.act is not Act.PARK:
-            parked = self.rt.state.phase is Phase.PARKED
-            machine.apply(Event.DRAIN, step.reason, stopping=parked)
+            machine.apply(Event.DRAIN, step.reason)
         state = self.rt.state
         if not state.stopping and state.endpoints:
             await self.accounting.check_busy(state.endpoints[0])
         view = self.view()
-        if machine.before is not None:
-            view = dataclasses.replace(view, state=machine.before)
+        back_to = self.rt.state.back_to
+        if back_to is not None:  # decided again over the phase it began in
+            view = dataclasses.replace(view, state=back_to)
         if step.room_for:  # the pool chose it; whether it is still idle enough is asked again
             how: How = "park" if step.act is Act.PARK else "stop"
             view = dataclasses.replace(view, make_room=(step.room_for, how))
@@ -356,9 +358,7 @@ class Lifecycle:
         rt = self.rt
         log.warning("%s: %s", rt.name, step.reason)
         self.next_probe = self.now
-        restarts = rt.state.restarts + 1
-        stage = {"stage": None, "stage_message": "", "progress": None}
-        self.machine.apply(Event.RESTART, step.reason, endpoints=(), restarts=restarts, **stage)
+        self.machine.apply(Event.RESTART, step.reason)
         if not self.keda:
             await self.release.reap()  # what is left of the child's group
             await rt.backend.scale_up()
@@ -372,10 +372,10 @@ class Lifecycle:
         self.release.fail(reason, engine_said=True)
         await self.release.reap()
 
-    def _starting(self, event: Event, reason: str, **changes: object) -> None:
+    def _starting(self, event: Event, reason: str) -> None:
         """To ``starting`` (a start, one adopted, a pod to wait for), probed from now on."""
         self.next_probe = self.now
-        self.machine.apply(event, reason, **changes)
+        self.machine.apply(event, reason)
 
     def _refresh(self) -> None:
         """Ready endpoints changed: the new set is published at once (a request never goes to
@@ -386,7 +386,7 @@ class Lifecycle:
             self.machine.apply(Event.ENDPOINTS, endpoints=endpoints)
         else:
             reason = "no ready endpoint left; waiting for a replacement"
-            self._starting(Event.NO_ENDPOINT, reason, endpoints=())
+            self._starting(Event.NO_ENDPOINT, reason)
 
     async def _queue(self, step: Step) -> None:
         """A start or wake waits for room in the target's GPU pool: say what for, and look
@@ -397,7 +397,7 @@ class Lifecycle:
             if step.reason and not state.waiting_for and rt.pool is not None:
                 rt.metrics.pool_waits.labels(rt.pool.name, rt.name).inc()
                 log.info("%s: %s", rt.name, step.reason)
-            self.machine.apply(Event.QUEUE, waiting_for=step.reason)
+            self.machine.apply(Event.QUEUE, step.reason)
         if step.reason:
             await self._wait(min(step.until, self.now + ACCOUNTING_INTERVAL))
         else:
@@ -435,5 +435,4 @@ class Lifecycle:
             Event.READY,
             f"ready after {self.now - began:.1f}s",
             endpoints=self._obs.endpoints,
-            failures=0,
         )

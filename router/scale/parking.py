@@ -46,7 +46,7 @@ class Parking:
         rt.park_asked = False
         endpoints = rt.state.endpoints
         # From here new requests are held (and wake it once the park is done).
-        machine.apply(Event.PARK, reason, parking=True)
+        machine.apply(Event.PARK, reason)
         if self.others is not None and not self.keda:
             refused = await self.fencing.fence_all(self.others, idle_needed)
             if refused is not None:
@@ -63,7 +63,7 @@ class Parking:
         rt.metrics.parks.labels(rt.name).inc()
         if displaced and rt.pool is not None:
             rt.metrics.pool_displacements.labels(rt.pool.name, rt.name, "park").inc()
-        machine.apply(Event.PARKED, reason, parking=False)
+        machine.apply(Event.PARKED, reason)
         if self.others is not None and not self.keda:
             await self.others.parked_others(rt.name)
 
@@ -72,7 +72,7 @@ class Parking:
         engine = parking(rt.engine)
         assert engine is not None
         endpoints = rt.backend.observe().endpoints or rt.state.endpoints
-        self.machine.apply(Event.WAKE, f"waking: {reason}", waking=True, waiting_for="")
+        self.machine.apply(Event.WAKE, f"waking: {reason}")
         try:
             for endpoint in endpoints:
                 await engine.wake(endpoint)
@@ -96,9 +96,5 @@ class Parking:
         rt.learned.wake(seconds)
         rt.activity.wanted_until = float("-inf")
         rt.activity.last_request = now
-        self.machine.apply(
-            Event.WOKE,
-            f"woke in {seconds:.1f}s",
-            endpoints=rt.backend.observe().endpoints,
-            failures=0,
-        )
+        endpoints = rt.backend.observe().endpoints
+        self.machine.apply(Event.WOKE, f"woke in {seconds:.1f}s", endpoints=endpoints)

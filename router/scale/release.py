@@ -13,7 +13,6 @@ from router.http.websocket import GOING_AWAY
 from router.scale.coordination import Others
 from router.scale.fencing import Fencing
 from router.scale.machine import Event, Machine
-from router.scale.scaling import failure
 from router.scale.targets import TargetRuntime
 
 log = logging.getLogger("warmgate.lifecycle")
@@ -45,7 +44,7 @@ class Release:
         ``idle_needed``: the idleness the others must show (the pool's ``yield_after`` when it
         makes room); ``None``: ``idle_after``."""
         rt, machine = self.rt, self.machine
-        machine.apply(Event.COMMIT, reason, stopping=True)
+        machine.apply(Event.COMMIT, reason)
         if self.others is not None and not self.keda:
             await self._as_leader(self.others, reason, idle_needed)
             return
@@ -56,7 +55,7 @@ class Release:
             return
         await rt.backend.scale_down()
         rt.metrics.idle_releases.labels(rt.name).inc()
-        machine.apply(Event.RELEASED, reason, endpoints=())
+        machine.apply(Event.RELEASED, reason)
 
     async def _as_leader(self, others: Others, reason: str, needed: float | None) -> None:
         """The leader's release: fence the other replicas, confirm the leadership, stop, all
@@ -72,16 +71,16 @@ class Release:
         if refused is not None:
             log.info("%s: release put off: %s", rt.name, refused)
             fencing.put_off(others)
-            machine.apply(Event.PUT_OFF, f"release put off: {refused}", stopping=False)
+            machine.apply(Event.PUT_OFF, f"release put off: {refused}")
             return
         rt.metrics.idle_releases.labels(rt.name).inc()
-        machine.apply(Event.RELEASED, reason, endpoints=())
+        machine.apply(Event.RELEASED, reason)
         await self.close_streams()
 
     async def failed(self, exc: Exception) -> None:
         """The release could not be made: serving again once the workload is probed ready (the
         others, fenced, are let go)."""
-        self.machine.apply(Event.RELEASE_FAILED, f"release failed: {exc}", stopping=False)
+        self.machine.apply(Event.RELEASE_FAILED, f"release failed: {exc}")
         if self.others is not None:
             with contextlib.suppress(Exception):
                 await self.others.unfence_others(self.rt.name)
@@ -106,21 +105,16 @@ class Release:
         rt.activity.wanted_until = float("-inf")
         if not self.keda:
             await rt.backend.scale_down()
-        self.machine.apply(Event.ABANDON, f"start abandoned: {reason}", endpoints=())
+        self.machine.apply(Event.ABANDON, f"start abandoned: {reason}")
 
     def fail(self, reason: str, *, engine_said: bool = False, told: str = "") -> None:
         """A failed cold start (or a park or wake this replica may not stop): ``failed``, with
         the backoff before the next try. ``engine_said``: the reason is the engine's own
         answer, which held requests are told too; ``told``: else what they are told (the
         workload's own last error)."""
-        rt = self.rt
-        failures, retry_at = failure(rt.state, rt.spec.scaling, self.now)
-        wait = retry_at - self.now
-        log.warning("%s: cold start failed (%s); next try in %.0fs", rt.name, reason, wait)
-        told = reason if engine_said else told
-        self.machine.apply(
-            Event.FAIL, reason, endpoints=(), failures=failures, retry_at=retry_at, told=told
-        )
+        state = self.machine.apply(Event.FAIL, reason, told=reason if engine_said else told)
+        wait = state.retry_at - self.now
+        log.warning("%s: cold start failed (%s); next try in %.0fs", self.rt.name, reason, wait)
 
     async def stop_instead(self, why: str) -> None:
         """A park or wake that failed: the target is stopped (the next request starts it cold);
@@ -131,10 +125,10 @@ class Release:
         if self.keda or (self.others is not None and not self.others.leading()):
             self.fail(why)
             return
-        machine.apply(Event.STOP, why, stopping=True, parking=False, waking=False)
+        machine.apply(Event.STOP, why)
         await self.close_streams()
         await rt.backend.scale_down()
-        machine.apply(Event.RELEASED, f"stopped: {why}", endpoints=())
+        machine.apply(Event.RELEASED, f"stopped: {why}")
 
     async def close_streams(self) -> None:
         for close in list(self.rt.activity.streams.values()):
