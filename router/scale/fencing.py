@@ -51,7 +51,7 @@ class Fencing:
                 self.fenced_until = max(self.fenced_until, until)
             return step.reason or None
         self.fenced_until, self.fenced_by = until, leader
-        self.machine.apply(Event.FENCE, f"{leader} is releasing it ({step.reason})", stopping=True)
+        self.machine.apply(Event.FENCE, f"{leader} is releasing it ({step.reason})")
         self.rt.wake.set()
         return None
 
@@ -65,14 +65,12 @@ class Fencing:
         if rt.state.phase is Phase.DRAINING and rt.state.stopping:
             endpoints = rt.backend.observe().endpoints
             if not endpoints:  # the pod went meanwhile: wait for one, probed like any start
-                self.machine.apply(Event.NO_ENDPOINT, reason, endpoints=(), stopping=False)
+                self.machine.apply(Event.NO_ENDPOINT, reason)
             elif parked:
                 reason = f"parked by {self.fenced_by}"
-                self.machine.apply(
-                    Event.UNFENCE_PARKED, reason, endpoints=endpoints, stopping=False
-                )
+                self.machine.apply(Event.UNFENCE_PARKED, reason, endpoints=endpoints)
             else:
-                self.machine.apply(Event.UNFENCE, reason, endpoints=endpoints, stopping=False)
+                self.machine.apply(Event.UNFENCE, reason, endpoints=endpoints)
         rt.wake.set()
 
     def released(self) -> str | None:

@@ -345,13 +345,6 @@ def _starting(v: View, now: float) -> Step:
     return Step(Act.WAIT, until=until)
 
 
-def failure(state: TargetState, scaling: Scaling, now: float) -> tuple[int, float]:
-    """A failed start (or park, or wake): the failures in a row, and the loop time after which
-    a new start may be tried (the backoff)."""
-    failures = state.failures + 1
-    return failures, now + backoff(failures, scaling)
-
-
 def answer_fence(v: View, needed: float | None) -> Step:
     """The leader of the replicas is about to release (or park) the target and asks this
     replica to hold its new requests meanwhile: :attr:`Act.FENCE` (held from now on),

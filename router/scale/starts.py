@@ -67,11 +67,7 @@ class StageClock:
     def publish(self, stage: Stage | None, message: str, progress: float | None) -> None:
         """The state with the stage as it is now (``router.scale.scaling.stage_now``); the
         stage's clock restarts when the stage changes."""
-        state = self.rt.state
-        since = self.now if stage != state.stage else state.stage_since
-        self.machine.apply(
-            Event.STAGE, stage=stage, stage_message=message, stage_since=since, progress=progress
-        )
+        self.machine.apply(Event.STAGE, stage=stage, stage_message=message, progress=progress)
 
     def progressed(self, progress: float | None, message: str = "") -> None:
         """The engine's readiness answer carried its load progress (``None``: none) or its

@@ -65,6 +65,9 @@ class TargetState:
     waiting_for: str = ""
     """Cold or parked with work waiting, in a full GPU pool: what the start or wake waits for
     (``waiting for the GPU: wan2gp is rendering``); empty otherwise."""
+    back_to: TargetState | None = None
+    """While a drain or a park is under way: the snapshot it began from, what it goes back to
+    when it is put off (:data:`router.scale.machine.BACK`); ``None`` otherwise."""
 
     @property
     def resident(self) -> bool:

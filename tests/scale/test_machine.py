@@ -32,7 +32,7 @@ def test_a_start_to_ready_and_a_release_go_through_the_table() -> None:
     m.apply(Event.READY, "ready after 1.0s", endpoints=("http://a",))
     assert m.state.stage is None and m.state.progress is None, "a stage belongs to one start"
     m.apply(Event.DRAIN, "idle for 60s")
-    m.apply(Event.COMMIT, "idle for 60s", stopping=True)
+    m.apply(Event.COMMIT, "idle for 60s")
     m.apply(Event.RELEASED, "idle for 60s", endpoints=())
     assert seen == ["starting", "starting", "ready", "draining", "draining", "cold"]
     assert m.state.stopping is False, "a stop belongs to one drain"
@@ -49,11 +49,11 @@ def test_a_change_the_table_does_not_hold_is_refused_and_writes_nothing() -> Non
 def test_a_cancelled_drain_goes_back_to_where_it_began_with_the_endpoints_of_now() -> None:
     for start in (Phase.READY, Phase.FAILED, Phase.PARKED):
         m = machine(start, endpoints=("http://a",), failures=2, retry_at=9.0)
-        m.apply(Event.DRAIN, "idle for 60s", stopping=start is Phase.PARKED)
-        assert m.state.phase is Phase.DRAINING and m.before is not None
+        m.apply(Event.DRAIN, "idle for 60s")
+        assert m.state.phase is Phase.DRAINING and m.state.back_to is not None
         back = m.apply(Event.PUT_OFF, "drain cancelled")
         assert back.phase is start and back.reason == "drain cancelled" and not back.stopping
-        assert (back.failures, back.retry_at) == (2, 9.0) and m.before is None
+        assert (back.failures, back.retry_at) == (2, 9.0) and m.state.back_to is None
 
 
 def test_never_ready_without_an_endpoint() -> None:
@@ -66,7 +66,7 @@ def test_never_ready_without_an_endpoint() -> None:
 
 def test_in_place_changes_keep_the_phase_s_since() -> None:
     m = machine(Phase.COLD)
-    assert m.apply(Event.QUEUE, waiting_for="waiting for the GPU").since == 0.0
+    assert m.apply(Event.QUEUE, "waiting for the GPU").since == 0.0
 
 
 def test_every_row_leads_to_a_phase_and_every_phase_is_left_somehow() -> None:
