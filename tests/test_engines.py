@@ -127,7 +127,8 @@ def test_a_probe_through_warmgate_never_wakes() -> None:
         assert not engine.may_start(facts("GET", "/ping")), "the config's own readiness path"
     assert COMFY.may_start(facts("GET", "/ping"))  # a frontend file, as before
     assert GRADIO.may_start(facts("GET", "/config")), "gradio_client opens with it"
-    assert COMFY.may_start(facts("GET", "/", nav=True)) and COMFY.may_start(facts("POST", "/prompt"))
+    assert COMFY.may_start(facts("GET", "/", nav=True))
+    assert COMFY.may_start(facts("POST", "/prompt"))
 
 
 def test_readiness_paths_default_per_engine_unless_set() -> None:
