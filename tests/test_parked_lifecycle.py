@@ -193,7 +193,7 @@ async def test_the_dashboard_park_parks_an_idle_target_at_once() -> None:
         await asyncio.sleep(5)
         assert rig.phase is Phase.READY, "park_after 0: never parked by idleness"
         rig.runtime.park_asked = True
-        rig.runtime.wake.set()
+        rig.runtime.nudge.set()
         await rig.until(Phase.PARKED)
         assert not rig.runtime.park_asked
 

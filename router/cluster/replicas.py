@@ -151,7 +151,7 @@ class Replicas:
 
     def _notify(self) -> None:
         for runtime in self.runtimes.values():
-            runtime.wake.set()
+            runtime.nudge.set()
         for listener in self.on_update:
             listener()
 

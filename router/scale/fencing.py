@@ -52,7 +52,7 @@ class Fencing:
             return step.reason or None
         self.fenced_until, self.fenced_by = until, leader
         self.machine.apply(Event.FENCE, f"{leader} is releasing it ({step.reason})")
-        self.rt.wake.set()
+        self.rt.nudge.set()
         return None
 
     def unfence(self, reason: str, parked: bool = False) -> None:
@@ -71,7 +71,7 @@ class Fencing:
                 self.machine.apply(Event.UNFENCE_PARKED, reason, endpoints=endpoints)
             else:
                 self.machine.apply(Event.UNFENCE, reason, endpoints=endpoints)
-        rt.wake.set()
+        rt.nudge.set()
 
     def released(self) -> str | None:
         """The workload is gone: if this replica was fenced, the leader released it (the reason

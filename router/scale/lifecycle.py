@@ -91,7 +91,7 @@ class Lifecycle:
         if observation.endpoints and parts.probed_unready:
             parts.probed_unready = False  # ready now: its endpoint is probed at once
             parts.next_probe = self.now
-        self.rt.wake.set()
+        self.rt.nudge.set()
 
     def _recover(self) -> None:
         """A backend that is already running (warmgate restarted) is adopted, not restarted."""
@@ -209,11 +209,11 @@ class Lifecycle:
         await STEPS[step.act].perform(self.parts, step)
 
     async def _wait(self, until: float) -> None:
-        wake = self.rt.wake
-        wake.clear()
+        nudged = self.rt.nudge
+        nudged.clear()
         if self.rt.state.phase in (Phase.READY, Phase.PARKED):
             until = min(until, self.now + ACCOUNTING_INTERVAL)
         timeout = None if math.isinf(until) else max(0.0, until - self.now)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                await wake.wait()
+                await nudged.wait()

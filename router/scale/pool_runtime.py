@@ -89,7 +89,7 @@ class PoolRuntime:
 
     def poke(self) -> None:
         for runtime in self.members:
-            runtime.wake.set()
+            runtime.nudge.set()
 
     def member(self, runtime: TargetRuntime, now: float, want: bool = False) -> Member:
         """One member as it is now; ``want``: as if a request waited for it."""

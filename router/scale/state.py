@@ -1,7 +1,7 @@
 """A target's state: one immutable snapshot, replaced whole and broadcast.
 
 Readers (the proxy, holds, the admin page, the policy) read ``cell.current`` without locking;
-only the target's lifecycle writes, through :meth:`StateCell.replace`, which wakes every waiter.
+only the target's lifecycle writes, through :meth:`StateCell.replace`, which tells every waiter.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class TargetState:
 
 
 class StateCell:
-    """Holds the current snapshot of one target; swaps it and wakes every waiter at once.
+    """Holds the current snapshot of one target; swaps it and tells every waiter at once.
 
     Each generation has its own event: ``replace`` sets the old one and installs a fresh one, so
     a waiter never misses a change and nobody holds a lock (a broadcast, not a queue).
@@ -105,8 +105,8 @@ class StateCell:
             listener(old, new)
         changed.set()
 
-    def wake_all(self) -> None:
-        """Wake every waiter without a change, so each looks again (warmgate is draining)."""
+    def look_again(self) -> None:
+        """Tell every waiter to look again without a change (warmgate is draining)."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 

@@ -125,7 +125,7 @@ class TargetRuntime:
         """Its rollouts, followed and reported (Kubernetes), from observations and its cell."""
         self.cell.subscribe(self.rollout.on_state)
         self.activity.on_resume = self._resumed
-        self.wake = asyncio.Event()
+        self.nudge = asyncio.Event()
         """Set to make the lifecycle look again now (a request was held, activity changed)."""
         self.closing = False
         """warmgate is draining (SIGTERM): no cold start begins (:meth:`shut_down`)."""
@@ -242,19 +242,19 @@ class TargetRuntime:
             self._resumed(now)
         self.activity.wanted_until = max(self.activity.wanted_until, until)
         self.activity.last_wanted = now
-        self.wake.set()
+        self.nudge.set()
 
     def ask_park(self) -> None:
         """An operator's park (the dashboard): parked once idle, whatever ``park_after``; an
         input the lifecycle decides on."""
         self.park_asked = True
-        self.wake.set()
+        self.nudge.set()
 
     def ask_release(self) -> None:
         """An operator's release (the dashboard): released once nothing is at work, whatever
         ``idle_after``; an input the lifecycle decides on (nothing of its clocks moves)."""
         self.release_asked = True
-        self.wake.set()
+        self.nudge.set()
 
     def waited(self) -> None:
         """Someone shows they still wait for this target (the waiting page polls): a start
@@ -276,8 +276,8 @@ class TargetRuntime:
     def shut_down(self) -> None:
         """SIGTERM: from now on no cold start begins; held requests are answered 503."""
         self.closing = True
-        self.cell.wake_all()
-        self.wake.set()
+        self.cell.look_again()
+        self.nudge.set()
 
     async def let_through(self, deadline: float) -> None:
         """Wait for this one's turn among those a start released (held requests, waiting pages
@@ -329,7 +329,7 @@ class TargetRuntime:
         outcome = "disconnected"
         try:
             with self.holding():
-                self.wake.set()
+                self.nudge.set()
                 if self.activity.held == 1:
                     for listener in self.on_first_hold:
                         listener()
@@ -349,6 +349,6 @@ class TargetRuntime:
             raise
         finally:
             self.activity.last_wanted = self.loop.time()
-            self.wake.set()  # one fewer waits: a start nobody waits for is given up in time
+            self.nudge.set()  # one fewer waits: a start nobody waits for is given up in time
             self.m_hold_seconds.observe(self.loop.time() - now)
             self.metrics.hold_outcomes.labels(self.name, outcome).inc()
