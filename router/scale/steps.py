@@ -196,17 +196,13 @@ async def abandon(p: Parts, step: Step) -> None:
 async def queue(p: Parts, step: Step) -> None:
     """A start or wake waits for room in the target's GPU pool: say what for, and look again
     when a resident may be displaced (or anything in the pool changes)."""
-    rt = p.rt
-    state = rt.state
-    if state.waiting_for != step.reason:
-        if step.reason and not state.waiting_for and rt.pool is not None:
+    rt, waiting_for = p.rt, p.rt.state.waiting_for
+    if waiting_for != step.reason:
+        if step.reason and not waiting_for and rt.pool is not None:
             rt.metrics.pool_waits.labels(rt.pool.name, rt.name).inc()
             log.info("%s: %s", rt.name, step.reason)
         p.machine.apply(Event.QUEUE, step.reason)
-    if step.reason:
-        await p.wait(min(step.until, p.now + ACCOUNTING_INTERVAL))
-    else:
-        await p.wait(math.inf)
+    await p.wait(min(step.until, p.now + ACCOUNTING_INTERVAL) if step.reason else math.inf)
 
 
 # -- ready, and what the backend says of it -----------------------------------------------------
@@ -393,12 +389,11 @@ async def recover(p: Parts, step: Step, exc: Exception) -> None:
     start is failed (never holding the GPU in a backoff); a release that could not be made
     serves again once probed ready (never left holding requests for a stop), the others let
     go."""
-    state = p.rt.state
-    if state.phase is Phase.STARTING:
+    if (phase := p.rt.state.phase) is Phase.STARTING:
         _fail(p, f"{step.act.value} failed: {one_line(exc)}")
         with contextlib.suppress(Exception):
             await p.release.reap()
-    elif state.phase is Phase.DRAINING and not p.fencing.fenced:
+    elif phase is Phase.DRAINING and not p.fencing.fenced:
         p.machine.apply(Event.RELEASE_FAILED, f"release failed: {exc}")
         await p.release.let_go()
         p.next_probe = p.now
