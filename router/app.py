@@ -4,7 +4,7 @@ dispatcher -> apps). Background work lives in ``cleanup_ctx``: it starts and sto
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -75,8 +75,57 @@ def _file_store(config: Config, prefix: str = "") -> FileStore | None:
 
 
 def build_apps(config: Config) -> Apps:
-    loop = asyncio.get_running_loop()
     metrics = Metrics()
+    runtimes = _runtimes(config, metrics)
+    replicas = _replicas(config, runtimes, metrics)
+    for pool, spec in config.pools.items():  # each member's runtime knows its pool from here
+        members = [runtimes[name] for name, t in config.targets.items() if t.pool == pool]
+        PoolRuntime(pool, spec, members, metrics, asyncio.get_running_loop(), replicas)
+    readiness = Readiness(runtimes=runtimes, replicas=replicas)
+    sessions: dict[str, aiohttp.ClientSession] = {}
+    dispatcher = Dispatcher(
+        RouteTable(config),
+        runtimes,
+        sessions,
+        metrics,
+        trust_forwarded=config.server.trust_forwarded,
+        access_log=config.server.access_log,
+        log_query=config.server.log_query,
+    )
+
+    async def close_streams(app: web.Application) -> None:
+        """Websockets and event streams would hold the drain for its whole grace period."""
+        for runtime in runtimes.values():
+            await runtime.activity.close_streams(StreamEnd.SHUTDOWN)
+
+    public = web.Application(handler_args={"max_field_size": 16384})
+    public[CONFIG] = config
+    public[METRICS] = metrics
+    public[RUNTIMES] = runtimes
+    public.cleanup_ctx.append(_run_targets(runtimes, replicas, sessions))
+    public.on_shutdown.append(close_streams)
+    waiting = WaitingPages(runtimes, dispatcher.table)
+    dispatcher.waiting_page = waiting
+    public.router.add_get(PREFIX + "{kind}/{target}", waiting.handle)
+    public.router.add_route("*", PREFIX + "{tail:.*}", _reserved)
+    if config.models:  # the OpenAI-compatible API; without models, /v1 is proxied like any path
+        _add_api(public, config, runtimes, sessions, metrics, replicas)
+    public.router.add_route("*", "/{tail:.*}", dispatcher.handle, expect_handler=dispatcher.expect)
+
+    admin = build_admin_app()
+    admin[CONFIG] = config
+    admin[METRICS] = metrics
+    admin[RUNTIMES] = runtimes
+    admin[READINESS] = readiness
+    if replicas is not None:
+        add_routes(admin, replicas)
+    add_dashboard(admin, public, replicas)
+    return Apps(public, admin, readiness, replicas)
+
+
+def _runtimes(config: Config, metrics: Metrics) -> dict[str, TargetRuntime]:
+    """Each target's runtime: its backend, its engine, and where what it learns is kept."""
+    loop = asyncio.get_running_loop()
     runtimes: dict[str, TargetRuntime] = {}
     env = config.environment  # read once, at load: backends get plain values
     children = config.child_environment  # without the cloud keys and the replicas' token
@@ -98,33 +147,29 @@ def build_apps(config: Config) -> Apps:
         # what it learns survives restarts: on its Deployment, or in a file under state_dir
         runtime.learned.store = own_store(backend) or _file_store(config, f"{name}.")
         runtime.timeline.store = runtime.learned.store  # its day, beside what it learned
-    replicas = (
-        Replicas(
-            make_membership(
-                config.replicas, kube_environ=env.kube, pod_name=env.pod_name, pod_ip=env.pod_ip
-            ),
-            config.replicas,
-            runtimes,
-            metrics,
-            token=config.replicas_token,
-        )
-        if config.replicas is not None
-        else None
+    return runtimes
+
+
+def _replicas(
+    config: Config, runtimes: dict[str, TargetRuntime], metrics: Metrics
+) -> Replicas | None:
+    """The other replicas of this router, where ``replicas:`` is configured."""
+    if config.replicas is None:
+        return None
+    env = config.environment
+    membership = make_membership(
+        config.replicas, kube_environ=env.kube, pod_name=env.pod_name, pod_ip=env.pod_ip
     )
-    for pool, spec in config.pools.items():  # each member's runtime knows its pool from here
-        members = [runtimes[name] for name, t in config.targets.items() if t.pool == pool]
-        PoolRuntime(pool, spec, members, metrics, loop, replicas)
-    readiness = Readiness(runtimes=runtimes, replicas=replicas)
-    sessions: dict[str, aiohttp.ClientSession] = {}
-    dispatcher = Dispatcher(
-        RouteTable(config),
-        runtimes,
-        sessions,
-        metrics,
-        trust_forwarded=config.server.trust_forwarded,
-        access_log=config.server.access_log,
-        log_query=config.server.log_query,
-    )
+    return Replicas(membership, config.replicas, runtimes, metrics, token=config.replicas_token)
+
+
+def _run_targets(
+    runtimes: dict[str, TargetRuntime],
+    replicas: Replicas | None,
+    sessions: dict[str, aiohttp.ClientSession],
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The public app's lifespan: each target's upstream session and lifecycle (and the
+    replicas) opened before it serves, closed after its drain."""
 
     async def run_targets(app: web.Application) -> AsyncIterator[None]:
         for name, runtime in runtimes.items():
@@ -147,43 +192,28 @@ def build_apps(config: Config) -> Apps:
             await replicas.close()
         await asyncio.gather(*(session.close() for session in sessions.values()))
 
-    async def close_streams(app: web.Application) -> None:
-        """Websockets and event streams would hold the drain for its whole grace period."""
-        for runtime in runtimes.values():
-            await runtime.activity.close_streams(StreamEnd.SHUTDOWN)
+    return run_targets
 
-    public = web.Application(handler_args={"max_field_size": 16384})
-    public[CONFIG] = config
-    public[METRICS] = metrics
-    public[RUNTIMES] = runtimes
-    public.cleanup_ctx.append(run_targets)
-    public.on_shutdown.append(close_streams)
-    waiting = WaitingPages(runtimes, dispatcher.table)
-    dispatcher.waiting_page = waiting
-    public.router.add_get(PREFIX + "{kind}/{target}", waiting.handle)
-    public.router.add_route("*", PREFIX + "{tail:.*}", _reserved)
-    if config.models:  # the OpenAI-compatible API; without models, /v1 is proxied like any path
-        api = build_openai_api(config, runtimes, sessions, metrics)
-        if replicas is not None:  # the day's cloud budget is the replicas' together
-            replicas.share_budget(api.budget)
-        api.add_routes(public)
-        public.cleanup_ctx.append(api.lifespan)
-        # the day's spend survives restarts: one record per replica in the replicas' ConfigMap,
-        # else a file under state_dir
-        spend_store = own_store(replicas.membership) if replicas is not None else None
-        if replicas is not None and spend_store is not None:
-            key = f"budget.{replicas.identity}"
-            public.cleanup_ctx.append(kept(api.budget, spend_store, key, replicas.spend.remember))
-        elif (budget_file := _file_store(config)) is not None:
-            public.cleanup_ctx.append(kept(api.budget, budget_file))
-    public.router.add_route("*", "/{tail:.*}", dispatcher.handle, expect_handler=dispatcher.expect)
 
-    admin = build_admin_app()
-    admin[CONFIG] = config
-    admin[METRICS] = metrics
-    admin[RUNTIMES] = runtimes
-    admin[READINESS] = readiness
-    if replicas is not None:
-        add_routes(admin, replicas)
-    add_dashboard(admin, public, replicas)
-    return Apps(public, admin, readiness, replicas)
+def _add_api(
+    public: web.Application,
+    config: Config,
+    runtimes: dict[str, TargetRuntime],
+    sessions: dict[str, aiohttp.ClientSession],
+    metrics: Metrics,
+    replicas: Replicas | None,
+) -> None:
+    """The OpenAI-compatible API on ``/v1``, with its day's cloud budget kept."""
+    api = build_openai_api(config, runtimes, sessions, metrics)
+    if replicas is not None:  # the day's cloud budget is the replicas' together
+        replicas.share_budget(api.budget)
+    api.add_routes(public)
+    public.cleanup_ctx.append(api.lifespan)
+    # the day's spend survives restarts: one record per replica in the replicas' ConfigMap,
+    # else a file under state_dir
+    spend_store = own_store(replicas.membership) if replicas is not None else None
+    if replicas is not None and spend_store is not None:
+        key = f"budget.{replicas.identity}"
+        public.cleanup_ctx.append(kept(api.budget, spend_store, key, replicas.spend.remember))
+    elif (budget_file := _file_store(config)) is not None:
+        public.cleanup_ctx.append(kept(api.budget, budget_file))
