@@ -22,7 +22,7 @@ def local(
     since: float = NOW,
     retry_at: float = 0.0,
     held: int = 0,
-    wakes: bool = True,
+    may_start: bool = True,
     target: str = "vllm",
     position: int = 0,
 ) -> LocalOption:
@@ -37,7 +37,7 @@ def local(
         max_held=10,
         cold_start=cold_start,
         retry_at=retry_at,
-        wakes=wakes,
+        may_start=may_start,
     )
 
 
@@ -369,7 +369,7 @@ CASES = [
     (
         "engine would not wake -> cloud",
         PUBLIC,
-        snap(local(Phase.COLD, wakes=False)),
+        snap(local(Phase.COLD, may_start=False)),
         RULES,
         Action.CLOUD,
         "managed/frontier",

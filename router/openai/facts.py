@@ -35,7 +35,7 @@ class LocalOption(NamedTuple):
     """Predicted seconds from scale-up to ready, learned from this target's cold starts."""
     retry_at: float = 0.0
     """In ``failed``: loop time before which no new start is tried."""
-    wakes: bool = True
+    may_start: bool = True
     """Whether a request like this one may start the target."""
     wake: float = 2.0
     """Predicted seconds from parked to ready, learned from this target's wakes."""
@@ -68,8 +68,8 @@ class LocalOption(NamedTuple):
         if phase is Phase.PARKED:
             if self.waking:
                 return max(0.0, self.since + self.wake - now)
-            return self.wake if self.wakes else math.inf
-        if not self.wakes or (phase is Phase.FAILED and now < self.retry_at):
+            return self.wake if self.may_start else math.inf
+        if not self.may_start or (phase is Phase.FAILED and now < self.retry_at):
             return math.inf
         return self.cold_start  # cold, failed after its backoff, or draining with the stop issued
 
@@ -220,7 +220,9 @@ class Facts:
     def queued(self) -> tuple[LocalOption, ...]:
         """Waiting for their GPU pool with nothing to displace (the wait is unknown),
         holdable."""
-        return tuple(o for o in self.snap.locals if o.pool_wait and o.wakes and o.held < o.max_held)
+        return tuple(
+            o for o in self.snap.locals if o.pool_wait and o.may_start and o.held < o.max_held
+        )
 
     @_once
     def stuck(self) -> tuple[LocalOption, ...]:

@@ -67,7 +67,7 @@ class Placer:
             for i, p in enumerate(spec.placements)
             if p.workflow is not None
         }
-        self._wake_rules: dict[tuple[str, str], bool] = {}
+        self._start_rules: dict[tuple[str, str], bool] = {}
 
     async def close(self) -> None:
         await self.images.close()
@@ -95,7 +95,7 @@ class Placer:
                         rt.spec.scaling.max_held,
                         self._predicted(rt),
                         state.retry_at,
-                        self._wakes(rt, call.kind),
+                        self._may_start(rt, call.kind),
                         wake=rt.learned.wakes.predicted(),
                         waking=state.waking,
                         pool_wait=_pool_wait(rt),
@@ -110,13 +110,13 @@ class Placer:
                 clouds.append(CloudOption(i, p.cloud, p.model, p.cloud in self.available, cost))
         return Snapshot(tuple(locals_), tuple(clouds), self.budget.left(), self.loop.time())
 
-    def _wakes(self, runtime: TargetRuntime, kind: str) -> bool:
+    def _may_start(self, runtime: TargetRuntime, kind: str) -> bool:
         """Whether an API request may start the target (the engine's rule; fixed by config)."""
         key = (runtime.name, kind)
-        wakes = self._wake_rules.get(key)
-        if wakes is None:
-            wakes = self._wake_rules[key] = runtime.engine.may_start(api_facts(PATHS[kind]))
-        return wakes
+        may = self._start_rules.get(key)
+        if may is None:
+            may = self._start_rules[key] = runtime.engine.may_start(api_facts(PATHS[kind]))
+        return may
 
     def _predicted(self, runtime: TargetRuntime) -> float:
         return runtime.learned.predicted_cold_start()
