@@ -57,13 +57,23 @@ class Day:
     met: list[Met] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    ledgers: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
+    """The ledgers as read when the day ended (their files go with the lab's folder)."""
 
     # -- the ledgers -----------------------------------------------------------------------
+
+    def keep_ledgers(self) -> None:
+        """Read the ledgers now: the report and the picture are made after the lab is gone."""
+        for path in (self.lab.gpu_ledger, self.lab.batch_ledger):
+            self.ledgers[path] = _lines(path)
+
+    def _ledger(self, path: Path) -> list[dict[str, Any]]:
+        return self.ledgers[path] if path in self.ledgers else _lines(path)
 
     def held(self) -> list[Held]:
         opened: dict[tuple[str, int, str], dict[str, Any]] = {}
         out = []
-        for e in _lines(self.lab.gpu_ledger):
+        for e in self._ledger(self.lab.gpu_ledger):
             key = (e["node"], e["gpu"], e["pod"])
             if e["event"] == "on":
                 opened[key] = e
@@ -78,7 +88,7 @@ class Day:
     def batch_seconds(self) -> tuple[float, float]:
         """(useful, lost) batch GPU-seconds within the day (compressed)."""
         useful = lost = 0.0
-        for s in _lines(self.lab.batch_ledger):
+        for s in self._ledger(self.lab.batch_ledger):
             span = max(0.0, min(s["t1"], self.ended) - max(s["t0"], self.began))
             if s["useful"]:
                 useful += span
@@ -210,4 +220,5 @@ async def run_day(lab: DayLab, trace: Sequence[Request], tail: float) -> Day:
                 await sampler
         async with aiohttp.ClientSession() as http, http.get(wg.admin + "/metrics") as resp:
             day.metrics = read_metrics(await resp.text())
+    day.keep_ledgers()
     return day

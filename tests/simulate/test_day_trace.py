@@ -1,9 +1,17 @@
-"""A trace of one's own on ``make cluster-day``: its targets are replayed on the day's two UIs."""
+"""``make cluster-day`` without a cluster: a trace of one's own on the day's two UIs, and the
+picture drawn from the ledgers kept."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 from loadtests.cluster_day import engine_work, fit_targets
+from loadtests.cluster_day_report import svg
 from router.simulate.trace import Request
+from tests.kube.day import DayLab
+from tests.kube.dayrun import Day
 
 
 def _r(at: float, target: str | None, kind: str = "render", model: str | None = None) -> Request:
@@ -36,3 +44,23 @@ def test_renders_take_their_uis_render_time() -> None:
     work = engine_work(fitted)
     assert [r.work_seconds for r in work] == [12.0, 1.0]
     assert work[0].at == 60.0  # a lead of the batch queue at work before the first request
+
+
+def test_the_picture_is_drawn_after_the_labs_folder_is_gone(tmp_path: Path) -> None:
+    """make cluster-day draws its picture once each policy's folder (and ledgers) is removed."""
+    lab = DayLab(None, None, "day", tmp_path, "warmgate", 60.0)  # type: ignore[arg-type]
+    gpus = [
+        {"node": "gpu-box", "gpu": 0, "pod": "trainer-a", "app": "trainer", "event": "on", "t": 1},
+        {"node": "gpu-box", "gpu": 0, "pod": "trainer-a", "app": "trainer", "event": "off", "t": 5},
+        {"node": "gpu-box", "gpu": 0, "pod": "comfyui-b", "app": "comfyui", "event": "on", "t": 6},
+    ]
+    lab.gpu_ledger.write_text("".join(json.dumps(e) + "\n" for e in gpus))
+    lab.batch_ledger.write_text(json.dumps({"t0": 1, "t1": 4, "useful": True}) + "\n")
+    day = Day(lab, began=0.0, ended=10.0)
+    day.keep_ledgers()
+    shutil.rmtree(tmp_path)
+    assert [(h.app, h.on, h.off) for h in day.held()] == [("trainer", 1, 5), ("comfyui", 6, None)]
+    assert day.batch_seconds() == (3.0, 0.0)
+    picture = svg({"warmgate": day})
+    assert picture.count('fill="white" stroke="#ccc"') == 5  # a row per GPU
+    assert picture.count("<rect") == 1 + 5 + 2  # the page, the rows, the two holds
