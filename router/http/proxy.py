@@ -7,8 +7,9 @@ websockets, are translated here into warmgate's error tree; the app turns them i
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Final
 
 import aiohttp
@@ -17,19 +18,14 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from backends.base import stream_farewell
-from router.errors import BodyTooLarge, RequestError
+from router.errors import RequestError
 from router.http.failures import translate
-from router.http.h1.connector import pool_of
-from router.http.h1.pool import Endpoint, Exchange, UpstreamFailure, endpoint
-from router.http.headers import (
-    downstream_response_headers,
-    idempotent,
-    needs_empty_length,
-    serialize_request_head,
-)
+from router.http.h1.pool import Exchange, UpstreamFailure, endpoint
+from router.http.headers import downstream_response_headers, serialize_request_head
 from router.http.replies import STARTED
 from router.http.runtime import Flight, Runtime
 from router.http.sse import EventParser, JobWatch
+from router.http.upstream import UpstreamRequest
 
 log = logging.getLogger("warmgate.proxy")
 
@@ -37,55 +33,6 @@ SMALL_BODY: Final = 64 * 1024
 """Upstream bodies of known length up to this are read at once and written in one go."""
 
 COLD_START_HEADER: Final = "X-Warmgate-Cold-Start"
-
-_CHUNKED: Final = b"Transfer-Encoding: chunked\r\n\r\n"
-_EMPTY_LENGTH: Final = b"Content-Length: 0\r\n\r\n"
-
-
-class _LimitedBody:
-    """A request body of unknown length, cut off past ``limit`` bytes."""
-
-    def __init__(self, content: aiohttp.StreamReader, limit: int, runtime: Runtime) -> None:
-        self.content = content
-        self.limit = limit
-        self.runtime = runtime
-        self.exceeded = False
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        total = 0
-        async for chunk in self.content.iter_any():
-            total += len(chunk)
-            if total > self.limit:
-                self.exceeded = True
-                raise BodyTooLarge(
-                    f"request body is larger than {self.limit} bytes", target=self.runtime.name
-                )
-            self.runtime.m_bytes_in.inc(len(chunk))
-            yield chunk
-
-
-RequestBody = bytes | AsyncIterator[bytes] | None
-"""What follows a request head: bytes, a stream of chunks, or nothing."""
-
-
-def request_body(
-    request: web.Request, runtime: Runtime, body: bytes | None = None
-) -> tuple[RequestBody, bool, bytes]:
-    """The body to send after the head, whether it goes chunk-framed, and how the head ends
-    (the framing header, if any, and the blank line). ``body``: one already read instead."""
-    if body is not None:
-        runtime.m_bytes_in.inc(len(body))
-        return body, False, b"Content-Length: %d\r\n\r\n" % len(body)
-    if request.body_exists:
-        length = request.content_length
-        if length is not None:
-            runtime.m_bytes_in.inc(length)
-            return request.content.iter_any(), False, b"\r\n"
-        limited = _LimitedBody(request.content, runtime.spec.limits.max_body, runtime)
-        return limited.chunks(), True, _CHUNKED
-    if request.content_length is None and needs_empty_length(request.method):
-        return None, False, _EMPTY_LENGTH
-    return None, False, b"\r\n"
 
 
 async def forward_http(
@@ -107,68 +54,16 @@ async def forward_http(
     ``first_bytes``: called once, when the answer's first body bytes are in hand (the API's
     time to first token)."""
     ep = endpoint(f"{url.scheme}://{url.raw_authority}")
-    data, chunked, end = request_body(request, runtime, body)
-    head = serialize_request_head(request.method, url.raw_path_qs, headers, ep.host_header, end)
-    exchange = await resend(request, runtime, session, ep, head, data, chunked)
+    head = functools.partial(
+        serialize_request_head, request.method, url.raw_path_qs, headers, ep.host_header
+    )
+    exchange = await UpstreamRequest(request, runtime, session, ep, head, body)
     try:
         return await respond(
             request, runtime, exchange, url.path, cold_wait, in_flight, first_bytes
         )
     finally:
         exchange.close()
-
-
-def send(
-    request: web.Request,
-    runtime: Runtime,
-    session: aiohttp.ClientSession,
-    ep: Endpoint,
-    head: bytes,
-    body: RequestBody,
-    chunked: bool,
-) -> Awaitable[Exchange]:
-    """Send a request (head built, blank line included; body from :func:`request_body`);
-    the exchange comes back once sent: await ``exchange.head()``, then, unless it is
-    ``retryable()`` (see :func:`resend`), ``exchange.check()``. The waiting request keeps no
-    frame here (thousands may wait at once). Raises ``UpstreamFailure``: :func:`translate`."""
-    timeouts = runtime.spec.timeouts
-    return pool_of(session).open(
-        ep,
-        head,
-        body,
-        chunked=chunked,
-        head_only=request.method == "HEAD",
-        idempotent=idempotent(request.method),
-        connect_timeout=timeouts.connect,
-        head_timeout=timeouts.response_headers,
-    )
-
-
-async def resend(
-    request: web.Request,
-    runtime: Runtime,
-    session: aiohttp.ClientSession,
-    ep: Endpoint,
-    head: bytes,
-    body: RequestBody,
-    chunked: bool,
-) -> Exchange:
-    """The whole exchange up to the response head, an idempotent request sent again as often as
-    a reused keep-alive connection turns out closed; errors translated."""
-    timeouts = runtime.spec.timeouts
-    try:
-        return await pool_of(session).request(
-            ep,
-            head,
-            body,
-            chunked=chunked,
-            head_only=request.method == "HEAD",
-            idempotent=idempotent(request.method),
-            connect_timeout=timeouts.connect,
-            head_timeout=timeouts.response_headers,
-        )
-    except UpstreamFailure as exc:
-        raise translate(exc, runtime, "headers") from exc
 
 
 async def respond(

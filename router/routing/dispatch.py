@@ -20,11 +20,11 @@ from backends.base import RequestFacts, json_answer
 from router.config import logged_path
 from router.errors import BadRequest, BodyTooLarge, NoRoute, RequestError, UpstreamError
 from router.http.bridge import forward_websocket
-from router.http.failures import translate
-from router.http.h1.pool import Endpoint, UpstreamFailure, endpoint
+from router.http.h1.pool import Endpoint, endpoint
 from router.http.headers import WEBSOCKET_HANDSHAKE, upstream_request_head, upstream_request_headers
-from router.http.proxy import request_body, resend, respond, send
+from router.http.proxy import respond
 from router.http.replies import STARTED, error_response, request_key
+from router.http.upstream import UpstreamRequest
 from router.http.websocket import handshake_refusal, is_websocket_upgrade
 from router.metrics import Metrics
 from router.routing.held_websockets import HeldWebsocket, holds
@@ -154,7 +154,6 @@ class Dispatcher:
                 response = await self._websocket(request, runtime, state, match, cold_wait, started)
                 return response
             ep = endpoint(runtime.pick_endpoint(state))
-            body, chunked, end = request_body(request, runtime)
             # To a parked target (a read it answers without its GPU): in flight, so it is not
             # released under the read, but no activity that keeps it from its release.
             with runtime.in_flight(counts=state.phase is not Phase.PARKED) as in_flight:
@@ -162,37 +161,16 @@ class Dispatcher:
                     await padded.stop()
                     if not padded.began:
                         padded = None
-                # send() and respond() rather than forward(): while the upstream thinks, this
-                # frame is the only one of ours.
+                # Awaited here, then respond(), rather than forward(): while the upstream
+                # thinks, this frame is the only one of ours.
+                exchange = await UpstreamRequest(
+                    request,
+                    runtime,
+                    self.sessions[runtime.name],
+                    ep,
+                    functools.partial(self._head, request, ep, match, identity=padded is not None),
+                )
                 try:
-                    exchange = await send(
-                        request,
-                        runtime,
-                        self.sessions[runtime.name],
-                        ep,
-                        self._head(request, ep, match, end, identity=padded is not None),
-                        body,
-                        chunked,
-                    )
-                except UpstreamFailure as exc:
-                    raise translate(exc, runtime, "headers") from exc
-                try:
-                    await exchange.head()
-                    if exchange.retryable():  # a keep-alive connection closed meanwhile
-                        exchange.close()
-                        exchange = await resend(
-                            request,
-                            runtime,
-                            self.sessions[runtime.name],
-                            ep,
-                            self._head(request, ep, match, end, identity=padded is not None),
-                            body,
-                            chunked,
-                        )
-                    try:
-                        exchange.check()
-                    except UpstreamFailure as exc:
-                        raise translate(exc, runtime, "headers") from exc
                     if padded is not None:  # its answer began: the engine's body follows it
                         response = await padded.finish(runtime, exchange)
                     else:

@@ -1,11 +1,16 @@
 """Where an exchange and the connection that carries it meet: each side's view of the other.
 router.http.h1.connection.Connection is a :class:`Carrier`, router.http.h1.exchange.Exchange a
-:class:`Receiver`; neither module imports the other (router.http.h1.pool puts them together)."""
+:class:`Receiver`; neither module imports the other (router.http.h1.pool puts them together).
+And what the pool is given to send: an :class:`Outbound` (router.http.upstream.UpstreamRequest).
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterable
 from typing import Protocol
+
+from router.http.h1.endpoint import Endpoint
 
 
 class Carrier(Protocol):
@@ -66,4 +71,46 @@ class Receiver(Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """The connection is gone: closed (``exc`` None: after ``eof_received``, or closed
         here) or reset."""
+        ...
+
+
+class Outbound(Protocol):
+    """A request as the pool sends it, as often as it is sent."""
+
+    @property
+    def ep(self) -> Endpoint: ...
+
+    @property
+    def head(self) -> bytes:
+        """The request line and headers, blank line included."""
+        ...
+
+    @property
+    def body(self) -> bytes | AsyncIterable[bytes] | None: ...
+
+    @property
+    def chunked(self) -> bool:
+        """A streamed ``body`` goes chunk-framed."""
+        ...
+
+    @property
+    def head_only(self) -> bool:
+        """A HEAD request: its response has no body, whatever its headers say."""
+        ...
+
+    @property
+    def idempotent(self) -> bool:
+        """Its method may be sent twice (RFC 9110 9.2.2)."""
+        ...
+
+    @property
+    def connect_timeout(self) -> float | None:
+        """Bounds the wait for a free connection (at the pool's limit) and the connect
+        together."""
+        ...
+
+    @property
+    def head_timeout(self) -> float | None:
+        """Bounds the wait for the response head, from when the request (its body too) was
+        sent."""
         ...

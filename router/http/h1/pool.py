@@ -15,7 +15,7 @@ import asyncio
 import collections
 import contextlib
 import ssl
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
 from router.http.h1.connection import Connection
@@ -29,6 +29,7 @@ from router.http.h1.errors import (
     UpstreamFailure,
 )
 from router.http.h1.exchange import Exchange
+from router.http.h1.interfaces import Outbound
 
 __all__ = [
     "ConnectFailed",
@@ -37,6 +38,7 @@ __all__ = [
     "Endpoint",
     "Exchange",
     "HeadTimedOut",
+    "Outbound",
     "UpstreamFailure",
     "UpstreamPool",
     "endpoint",
@@ -89,86 +91,38 @@ class UpstreamPool:
         self.read_view = memoryview(self.read_buffer)
         self.head_view = self.read_view[:HEAD_READ_SIZE]
 
-    async def open(
-        self,
-        ep: Endpoint,
-        head: bytes,
-        body: bytes | AsyncIterable[bytes] | None = None,
-        *,
-        chunked: bool = False,
-        head_only: bool = False,
-        idempotent: bool = False,
-        connect_timeout: float | None = None,
-        head_timeout: float | None = None,
-    ) -> Exchange:
-        """Send ``head`` (the request line and headers, blank line included) and ``body`` on a
-        pooled or new connection; returns once sent (await :meth:`Exchange.head`, then
-        :meth:`Exchange.check`). See :meth:`request` for the whole exchange with its retry.
-
-        ``idempotent``: the request's method may be sent twice (RFC 9110 9.2.2): only such a
-        request is sent again when its reused connection turns out closed. ``connect_timeout``
-        bounds the wait for a free connection (at ``limit``) and the connect together;
-        ``head_timeout`` counts from when the request (its body too) was sent."""
+    async def open(self, request: Outbound) -> Exchange:
+        """Send ``request`` on a pooled or new connection; returns once sent (await
+        :meth:`Exchange.head`, then :meth:`Exchange.check`). Sending it again when its reused
+        connection turns out closed is the caller's (router.http.upstream.UpstreamRequest):
+        only an idempotent request, without a streamed body, on a reused connection is
+        ``replayable``."""
         if self._closed:
             raise ConnectionBroken("warmgate is shutting down")
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        conn = await self._checkout(ep, connect_timeout)
-        exchange = Exchange(conn, head_only)
+        conn = await self._checkout(request.ep, request.connect_timeout)
+        return self._send(conn, request)
+
+    def send_now(self, request: Outbound) -> Exchange | None:
+        """:meth:`open` on a kept-alive connection at hand, without an await (no coroutine for
+        the common case); None when there is none: :meth:`open` then."""
+        if self._closed:
+            return None
+        conn = self._idle_connection(request.ep.key)
+        return None if conn is None else self._send(conn, request)
+
+    def _send(self, conn: Connection, request: Outbound) -> Exchange:
+        exchange = Exchange(conn, request.head_only)
+        body = request.body
         exchange.replayable = (
-            idempotent and conn.used > 0 and (body is None or isinstance(body, bytes))
+            request.idempotent and conn.used > 0 and (body is None or isinstance(body, bytes))
         )
         conn.carry(exchange)
-        exchange.send(head, body, chunked)
+        exchange.send(request.head, body, request.chunked)
+        head_timeout = request.head_timeout
         if head_timeout is not None:
             exchange.time_head(self._deadlines, head_timeout)
-        return exchange
-
-    async def request(
-        self,
-        ep: Endpoint,
-        head: bytes,
-        body: bytes | AsyncIterable[bytes] | None = None,
-        *,
-        chunked: bool = False,
-        head_only: bool = False,
-        idempotent: bool = False,
-        connect_timeout: float | None = None,
-        head_timeout: float | None = None,
-    ) -> Exchange:
-        """:meth:`open`, then wait for the response head. An idempotent request sent on a
-        reused keep-alive connection that the upstream had closed meanwhile (nothing came
-        back) is sent again."""
-        exchange = await self.open(
-            ep,
-            head,
-            body,
-            chunked=chunked,
-            head_only=head_only,
-            idempotent=idempotent,
-            connect_timeout=connect_timeout,
-            head_timeout=head_timeout,
-        )
-        try:
-            await exchange.head()
-            exchange.check()
-        except ConnectionBroken:
-            exchange.close()
-            if not exchange.retryable():
-                raise
-            return await self.request(
-                ep,
-                head,
-                body,
-                chunked=chunked,
-                head_only=head_only,
-                idempotent=idempotent,
-                connect_timeout=connect_timeout,
-                head_timeout=head_timeout,
-            )
-        except BaseException:
-            exchange.close()
-            raise
         return exchange
 
     # -- connections ---------------------------------------------------------------------------
@@ -176,17 +130,24 @@ class UpstreamPool:
     async def _checkout(self, ep: Endpoint, connect_timeout: float | None) -> Connection:
         deadline: float | None = None
         while True:
-            idle = self._idle.get(ep.key)
-            while idle:
-                conn = idle.pop()
-                if not conn.lost and not conn.transport.is_closing():
-                    return conn
+            conn = self._idle_connection(ep.key)
+            if conn is not None:
+                return conn
             if self._has_room():
                 return await self._connect(ep, connect_timeout, deadline)
             if deadline is None and connect_timeout is not None:
                 deadline = cast(asyncio.AbstractEventLoop, self._loop).time() + connect_timeout
             with self.queued():
                 await self._wait_for_room(ep.key, deadline)
+
+    def _idle_connection(self, key: str) -> Connection | None:
+        """A kept-alive connection to ``key`` that is still open, taken from the idle ones."""
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.lost and not conn.transport.is_closing():
+                return conn
+        return None
 
     def _has_room(self) -> bool:
         """A connection may be opened now (the longest idle one closed for it, if need be)."""

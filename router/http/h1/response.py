@@ -126,6 +126,11 @@ class Response:
 
     # -- for the proxy -----------------------------------------------------------------------
 
+    @property
+    def settled(self) -> bool:
+        """The response head is in, or will never be: :meth:`head` has nothing to wait for."""
+        return bool(self.status) or self.error is not None
+
     def head(self) -> Awaitable[None]:
         """Wait for the response head; then :meth:`check` says how it went. Not a coroutine:
         a request waiting on a slow upstream keeps no frame of this module."""
