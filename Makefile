@@ -46,30 +46,29 @@ faults: install kube-bins
 
 # The upstream response framer and the request side (aiohttp's parser and router.http.intake)
 # fuzzed against h11 (tests/http/test_framer_fuzz.py, tests/http/test_request_fuzz.py), and the
-# path normalization's property (tests/test_paths.py): 100,000 examples each, where make test
+# path normalization's property (tests/routing/test_paths.py): 100,000 examples each, where make test
 # runs 300 (2,000 for the paths); prints how many ran and how long they took. Then a hostile
 # state_dir (tests/scale/test_state_fuzz.py): 10,000 examples, where make test runs 300; and a
-# hostile engine (tests/test_hostile_engine.py: over the wire, each engine kind, and through the
+# hostile engine (tests/backends/engines/test_hostile_engine.py: over the wire, each engine kind, and through the
 # lifecycle): 10,000 examples each, where make test runs 200.
 fuzz: install
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=3 tests/http/test_framer_fuzz.py tests/http/test_request_fuzz.py tests/test_paths.py -k "h11 or prefix"
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=3 tests/http/test_framer_fuzz.py tests/http/test_request_fuzz.py tests/routing/test_paths.py -k "h11 or prefix"
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 --durations=1 tests/scale/test_state_fuzz.py
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=0 --durations=5 tests/test_hostile_engine.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=0 --durations=5 tests/backends/engines/test_hostile_engine.py
 
 # The suite above runs on the newest aiohttp pip resolves (pyproject: >=3.12.14,<4); this runs the
 # HTTP-facing tests again on the floor, installed apart (.aiohttp-floor, first on the path), since
 # warmgate leans on aiohttp's parser and server internals.
 AIOHTTP_FLOOR := 3.12.14
 FLOOR_DIR := .aiohttp-floor
-HTTP_TESTS = tests/test_proxy.py tests/test_server.py tests/test_server_drain.py tests/test_upstream.py tests/http $(wildcard tests/test_websocket*.py) \
-	tests/test_upstream_reuse.py tests/test_upstream_limits.py tests/test_stream_endings.py tests/test_smuggling.py tests/test_forwarded_headers.py
+HTTP_TESTS = tests/http
 
 test-aiohttp-floor: install
 	test -d $(FLOOR_DIR)/aiohttp-$(AIOHTTP_FLOOR).dist-info || (rm -rf $(FLOOR_DIR) && $(BIN)/pip install -q --no-deps --target $(FLOOR_DIR) aiohttp==$(AIOHTTP_FLOOR))
 	PYTHONPATH=$(FLOOR_DIR) $(BIN)/python -c 'import aiohttp, sys; print("aiohttp", aiohttp.__version__, "from", aiohttp.__file__); sys.exit(aiohttp.__version__ != "$(AIOHTTP_FLOOR)")'
 	PYTHONPATH=$(FLOOR_DIR) $(BIN)/python -m pytest -q $(HTTP_TESTS)
 
-# Gradio 5.29, the version Wan2GP pins, in a test-only environment for tests/test_gradio_queue.py
+# Gradio 5.29, the version Wan2GP pins, in a test-only environment for tests/backends/engines/test_gradio_queue.py
 # (beside the current Gradio of .venv); that test is skipped, saying why, when it could not be built.
 GRADIO529 := .venv-gradio529
 

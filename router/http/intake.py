@@ -4,7 +4,7 @@ in its turn, the connection closed, nothing after it on that connection dispatch
 
 aiohttp refuses most of the request-smuggling kit itself (obs-fold, bare LF, CR, LF or NUL in
 a field, invalid methods and versions, oversize heads, Content-Length with Transfer-Encoding:
-see tests/test_smuggling.py); what it accepts and warmgate must not forward is checked here
+see tests/http/test_smuggling.py); what it accepts and warmgate must not forward is checked here
 (targets but origin-form, CONNECT, Transfer-Encoding but chunked), and what only some of its
 versions refuse (repeated Content-Length or Host, too many fields) too.
 """

@@ -12,9 +12,9 @@ import aiohttp
 import psutil
 import pytest
 
+from tests.backends.test_process import alive, process_config
 from tests.faults.targets import target, until_phase
 from tests.helpers import Subprocess, metric_value
-from tests.test_process import alive, process_config
 
 
 async def test_an_engine_killed_mid_stream_cuts_the_stream_and_the_next_request_wakes_it(

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 import psutil
 
+from tests.backends.test_process import alive
 from tests.faults.targets import target
 from tests.helpers import ROOT, Subprocess
-from tests.test_process import alive
 
 HELD = 200
 IN_FLIGHT = 20

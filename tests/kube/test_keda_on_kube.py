@@ -120,7 +120,8 @@ async def test_keda_wakes_the_real_deployment_and_warmgate_never_scales_it(lab: 
                 pushed_at, active = await keda.next_push()
                 assert active
                 # Pushed on the hold itself (a few ms), not at a poll (KEDA's default interval
-                # is 30 s). The bound is loose, as in tests/test_keda_scaler.py: a shared machine.
+                # is 30 s). The bound is loose, as in tests/cluster/test_keda_scaler.py: a shared
+                # machine.
                 delay = pushed_at - held_at[0]
                 assert delay < 1.0, f"pushed {1000 * delay:.0f} ms after the hold, not at once"
 

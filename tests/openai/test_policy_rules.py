@@ -10,7 +10,17 @@ import pytest
 from router.openai.facts import Ask, Facts, Rules, Snapshot
 from router.openai.policy import TABLE, Action, decide, rule_for
 from router.scale.state import Phase
-from tests.test_policy import COLD, COLD_FAST, NOW, PRIVATE, PUBLIC, READY, RULES, local, snap
+from tests.openai.test_policy import (
+    COLD,
+    COLD_FAST,
+    NOW,
+    PRIVATE,
+    PUBLIC,
+    READY,
+    RULES,
+    local,
+    snap,
+)
 
 FAILED = local(Phase.FAILED, retry_at=NOW + 5)
 PARKED = local(Phase.PARKED)._replace(wake=2.0)

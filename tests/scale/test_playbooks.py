@@ -19,10 +19,10 @@ from router.scale.machine import Event, Machine
 from router.scale.scaling import Act, Step
 from router.scale.state import Phase, TargetState
 from router.scale.steps import STEPS
+from tests.cluster.test_replicas import Leading, ready_rig
 from tests.fakes import FakeParkingEngine
-from tests.test_lifecycle import running
-from tests.test_parked_lifecycle import one
-from tests.test_replicas import Leading, ready_rig
+from tests.scale.test_lifecycle import running
+from tests.scale.test_parked_lifecycle import one
 
 pytestmark = pytest.mark.looptime
 

@@ -18,7 +18,7 @@ from router.dashboard.view import lifecycle_of
 from router.errors import TargetFailed
 from router.scale.state import Phase
 from tests.rig import Rig
-from tests.test_lifecycle import running
+from tests.scale.test_lifecycle import running
 
 pytestmark = pytest.mark.looptime
 

@@ -18,8 +18,8 @@ from router.config import parse_config
 from router.simulate.accesslog import convert
 from router.simulate.backends import Duration
 from router.simulate.run import Options, replay
+from tests.backends.test_demo_engine import graph
 from tests.helpers import ROOT, Subprocess, demo_engine, wait_until
-from tests.test_demo_engine import graph
 
 PAUSE = 8.0
 """Seconds left alone after a render is done: past the lower bound (3 s) once the engine's busy

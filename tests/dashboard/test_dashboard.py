@@ -1,6 +1,6 @@
 """The dashboard on the admin listener over HTTP: the page rendered on the server (it reads the
 same with JavaScript off), its assets, ``GET /events``, and the actions with and without the admin
-token. tests/test_dashboard_browser.py drives the page itself in Chromium."""
+token. tests/dashboard/test_dashboard_browser.py drives the page itself in Chromium."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from router.dashboard.page import events_section
 from router.dashboard.targets import idle_after, target_card
 from router.errors import ConfigError
 from router.server import Server
+from tests.cluster.test_replicas_budget import REPLICAS_TOKEN_FILE, table  # noqa: F401 - a fixture
 from tests.helpers import ROOT, wait_until, warmgate
-from tests.test_replicas_budget import REPLICAS_TOKEN_FILE, table  # noqa: F401 - a fixture
 
 TOKEN = "a-long-admin-token-9f2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -2,7 +2,7 @@
 at once for two targets of a capacity-1 pool never both start one; the other waits, saying
 why, and is served once the seat frees. Replicas in this process with the real admin endpoints
 between them; who the others are comes from the static membership twin of
-tests/test_replicas_budget.py (tests/kube covers the real one)."""
+tests/cluster/test_replicas_budget.py (tests/kube covers the real one)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 
 from router.scale.state import TargetState
+from tests.cluster.test_replicas_budget import REPLICAS_TOKEN_FILE, table  # noqa: F401 - a fixture
 from tests.helpers import ROOT, wait_until, warmgate
-from tests.test_replicas_budget import REPLICAS_TOKEN_FILE, table  # noqa: F401 - a fixture
 
 
 def engine(prefix: str) -> dict[str, Any]:

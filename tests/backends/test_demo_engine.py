@@ -42,7 +42,7 @@ from backends.demo_engine.render import RenderSpec, final_png
 from backends.demo_engine.server import build_app
 
 T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 15.0
 
 

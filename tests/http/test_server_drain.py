@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from tests.helpers import ROOT, Subprocess, serve_app, static_config, warmgate
-from tests.test_server import SLOW, upstream_app
+from tests.http.test_server import SLOW, upstream_app
 
 
 @pytest.fixture

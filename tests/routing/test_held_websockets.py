@@ -20,7 +20,7 @@ from router.config import parse_config
 from router.errors import ConfigError
 from router.scale.state import Phase, TargetState
 from tests.helpers import ROOT, Running, metric_value, wait_until, warmgate
-from tests.test_parked import graph
+from tests.scale.test_parked import graph
 
 
 def config(tmp: Path, *, render: float = 1.0, **scaling: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from backends.kubernetes.api import DEPLOYMENTS, Forbidden, KubeApi, Unreachable
 from backends.kubernetes.backend import KubernetesBackend
 from backends.kubernetes.informer import Backoff
 from backends.kubernetes.refusals import RESTART_WINDOW, Connection, SteadyRefusals, transient
+from tests.backends.test_kubernetes_backend import NS, Recorder, seen, spec
 from tests.kube.fake import FakeCluster, everything_but
-from tests.test_kubernetes_backend import NS, Recorder, seen, spec
 
 pytestmark = pytest.mark.looptime
 

@@ -26,10 +26,10 @@ from router.scale.lifecycle import Lifecycle
 from router.scale.state import Phase
 from router.scale.targets import TargetRuntime
 from router.server import Server
+from tests.backends.test_process import process_config
 from tests.fakes import FakeBackend, FakeEngine
 from tests.helpers import wait_until, warmgate
 from tests.keda_client import FakeKeda
-from tests.test_process import process_config
 
 GET = RequestFacts(method="GET", path="/", is_websocket=False, is_navigation=False)
 

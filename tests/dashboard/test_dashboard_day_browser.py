@@ -24,11 +24,11 @@ from router.dashboard.day import midnight
 from router.scale.state import Phase
 from router.scale.timeline import KEY
 from tests.browser import chromium, needs_chromium
+from tests.dashboard.test_dashboard import config, sleepy
 from tests.helpers import ROOT, wait_until, warmgate
 from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES
-from tests.test_dashboard import config, sleepy
-from tests.test_parked import config as parked_config
-from tests.test_parked import demo, parked, prompt, rendered
+from tests.scale.test_parked import config as parked_config
+from tests.scale.test_parked import demo, parked, prompt, rendered
 
 pytestmark = needs_chromium
 

@@ -22,8 +22,8 @@ import pytest
 from router.scale.wakes import Wakes
 from tests.helpers import ROOT, Subprocess, metric_value, wait_until, warmgate
 from tests.openai_stack import cloud_key, stack  # noqa: F401 - a fixture
-from tests.test_parked import config as parking_config
-from tests.test_parked import demo, parked, prompt, rendered
+from tests.scale.test_parked import config as parking_config
+from tests.scale.test_parked import demo, parked, prompt, rendered
 
 PAGE = {"Accept": "text/html,application/xhtml+xml", "Sec-Fetch-Mode": "navigate"}
 HELLO = [{"role": "user", "content": "hello"}]

@@ -2,7 +2,7 @@
 test runs it): it follows a cold start and the idle release without a reload, the wake action
 works with the admin token and is refused without it, and a screenshot of two targets and one
 model is written under the test's output (docs/dashboard.png, the README's, is the day replayed
-by tests/test_dashboard_day_browser.py)."""
+by tests/dashboard/test_dashboard_day_browser.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 
 from tests.browser import chromium, needs_chromium
+from tests.dashboard.test_dashboard import TOKEN, config, sleepy
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import serve_app, warmgate
 from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES, process_target
-from tests.test_dashboard import TOKEN, config, sleepy
 
 pytestmark = needs_chromium
 

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.cluster.test_replicas_budget import table  # noqa: F401 - a fixture
 from tests.helpers import ROOT, metric_value, serve_app, warmgate
-from tests.test_replicas_budget import table  # noqa: F401 - a fixture
 
 TOKEN_FILE = ROOT / "tests" / "replicas-token"
 TOKEN = TOKEN_FILE.read_text().strip()

@@ -126,7 +126,7 @@ async def test_a_broken_warmup_workflow_fails_the_cold_start_with_its_reason(
 
 
 async def test_an_idle_tab_neither_wakes_the_target_nor_keeps_it(tmp_path: Path) -> None:
-    # Websockets refused while cold (the default holds them: tests/test_held_websockets.py).
+    # Websockets refused while cold (the default holds them: tests/routing/test_held_websockets.py).
     config = comfy_config(tmp_path, waiting_page="auto", waiting={"hold_websockets": False})
     async with warmgate(config, str(tmp_path)) as wg, aiohttp.ClientSession() as client:
         ws_url = wg.url.replace("http", "ws", 1) + PREFIX + "/ws?clientId=tab"

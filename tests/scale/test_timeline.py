@@ -17,8 +17,8 @@ from router.dashboard import charts
 from router.scale.persist import FileStore
 from router.scale.state import Phase, StateCell, TargetState
 from router.scale.timeline import KEY, MAX_SEGMENTS, WINDOW, Timeline, label_of
+from tests.dashboard.test_dashboard import config as dashboard_config
 from tests.helpers import warmgate
-from tests.test_dashboard import config as dashboard_config
 
 
 class Clock:

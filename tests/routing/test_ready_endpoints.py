@@ -15,7 +15,7 @@ from router.errors import RequestError
 from router.scale.scaling import Act, View, decide
 from router.scale.state import Phase, TargetState
 from tests.rig import GET, Rig
-from tests.test_lifecycle import make_rig
+from tests.scale.test_lifecycle import make_rig
 
 pytestmark = pytest.mark.looptime
 

@@ -24,11 +24,11 @@ from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
 from router.openai.policy import Action, decide
 from router.scale.engine_queue import EngineQueue
 from router.scale.state import Phase
+from tests.backends.engines.test_gradio_queue import gradio529_python
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import ROOT, gradio_app, metric_value, serve_app, wait_until, warmgate
 from tests.openai_stack import CLOUD_KEY, KEY_ENV, PRICES
-from tests.test_gradio_queue import gradio529_python
-from tests.test_parked import graph
+from tests.scale.test_parked import graph
 
 # -- learning the time per job ------------------------------------------------------------------
 

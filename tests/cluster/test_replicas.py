@@ -29,7 +29,7 @@ from router.scale.scaling import Act, View, decide
 from router.scale.state import Phase, TargetState
 from tests.kube.fake import FakeCluster
 from tests.rig import Rig
-from tests.test_lifecycle import make_rig
+from tests.scale.test_lifecycle import make_rig
 
 GRACE = 30.0
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.cluster.test_replicas_budget import table  # noqa: F401 - a fixture
 from tests.helpers import ROOT, warmgate
-from tests.test_replicas_budget import table  # noqa: F401 - a fixture
 
 ENGINE = """
 import http.server, json, os, sys

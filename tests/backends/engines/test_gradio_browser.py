@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from router.scale.state import Phase
+from tests.backends.engines.test_gradio_queue import config as queue_config
+from tests.backends.engines.test_gradio_queue import gradio529_python
 from tests.browser import chromium, needs_chromium
 from tests.helpers import gradio_app, metric_value, wait_until, warmgate
-from tests.test_gradio_queue import config as queue_config
-from tests.test_gradio_queue import gradio529_python
 
 pytestmark = needs_chromium
 
@@ -36,7 +36,8 @@ def python(request: pytest.FixtureRequest) -> str:
 
 
 def config(tmp_path: Path, python: str, **env: str) -> dict[str, Any]:
-    """tests/test_gradio_queue.py's target at ``/``, with the waiting page, idle after 3 s."""
+    """tests/backends/engines/test_gradio_queue.py's target at ``/``, with the waiting page,
+    idle after 3 s."""
     data = queue_config(tmp_path, python)
     wan = data["targets"]["wan"]
     wan.update(routes=[{"path_prefix": "/"}], waiting_page="auto")
