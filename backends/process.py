@@ -36,6 +36,9 @@ STDERR_WAIT = 1.0
 """Seconds a child's exit waits for the rest of its stderr to be read, for its reason."""
 GROUP_POLL = 0.05
 """Seconds between two looks at whether a stopped child's process group is empty yet."""
+KILL_WAIT = 5.0
+"""Seconds a stop waits, after its SIGKILL, for the group's last members to end (the signal is
+sent at once, a process takes a moment to die): the GPU is free when the stop returns."""
 LISTEN_POLL = 0.1
 """Seconds between two looks at whether a starting child listens on its port yet: the stage
 turns from ``starting`` to ``loading`` (its model loads until readiness passes)."""
@@ -289,9 +292,7 @@ class ProcessBackend:
                 await proc.wait()
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGTERM)  # a shell's engine, a worker left over
-                    while True:  # until the group is empty (signal 0 finds no member)
-                        os.killpg(proc.pid, 0)
-                        await asyncio.sleep(GROUP_POLL)
+                await _group_ended(proc.pid)
         except TimeoutError:
             log.warning(
                 "[%s] still running %.0fs after SIGTERM: SIGKILL", self.target, self.spec.stop_grace
@@ -299,6 +300,9 @@ class ProcessBackend:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(KILL_WAIT):
+                await _group_ended(proc.pid)
         if self._logged_exit is not proc:  # each child's end is logged once
             self._logged_exit = proc
             log.info("[%s] stopped (exit code %s)", self.target, proc.returncode)
@@ -310,3 +314,11 @@ class ProcessBackend:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def _group_ended(pgid: int) -> None:
+    """Until no member of process group ``pgid`` is left (signal 0 finds none)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        while True:
+            os.killpg(pgid, 0)
+            await asyncio.sleep(GROUP_POLL)

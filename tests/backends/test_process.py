@@ -462,7 +462,9 @@ async def test_a_launcher_stops_its_engine_its_own_way_before_the_group_is_kille
     saved, pid_file = tmp_path / "autosave", tmp_path / "autosave.pid"
     launcher = ["python", "-c", SIGINT_LAUNCHER, ENGINE_WITH_ATEXIT, "{port}", str(saved), engine]
     config = process_config(launcher)
-    config["targets"]["t"]["backend"]["stop_grace"] = "1s"
+    # long enough for an engine that hears its launcher to save and exit on a loaded machine
+    # (it exits as soon as it has); one that is deaf is killed when the grace is spent
+    config["targets"]["t"]["backend"]["stop_grace"] = "10s" if engine == "hears" else "1s"
     async with warmgate(config) as wg, aiohttp.ClientSession() as client:
         async with client.get(wg.url + "/") as resp:
             assert resp.status == 200
