@@ -87,7 +87,11 @@ def exit_reason(code: int, stderr_tail: Iterable[str]) -> str:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask the kernel to SIGKILL the child when warmgate dies, even by SIGKILL."""
+    """Ask the kernel to SIGKILL the child when warmgate dies, even by SIGKILL; and let it hear
+    SIGINT and SIGQUIT, which a shell ignores for a command it starts in the background (an
+    ignored signal stays ignored across exec): a launcher's SIGINT is how its engine saves."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

@@ -475,3 +475,26 @@ async def test_a_launcher_stops_its_engine_its_own_way_before_the_group_is_kille
         assert saved.read_text() == "queue saved"
     else:  # it ignores SIGINT: killed with its group once stop_grace is spent
         assert not saved.exists()
+
+
+async def test_an_engine_hears_its_launcher_when_warmgate_was_started_ignoring_sigint(
+    tmp_path: Path,
+) -> None:
+    """A shell starts a background command with SIGINT ignored, and an ignored signal stays
+    ignored across exec: warmgate's children hear it again, so the launcher's SIGINT still
+    lets its engine save."""
+    saved, pid_file = tmp_path / "autosave", tmp_path / "autosave.pid"
+    launcher = ["python", "-c", SIGINT_LAUNCHER, ENGINE_WITH_ATEXIT, "{port}", str(saved), "hears"]
+    config = process_config(launcher)
+    config["targets"]["t"]["backend"]["stop_grace"] = "10s"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        async with warmgate(config) as wg, aiohttp.ClientSession() as client:
+            async with client.get(wg.url + "/") as resp:
+                assert resp.status == 200
+            engine_pid = int(pid_file.read_text())
+            await wg.runtime().backend.scale_down()
+            assert not alive(engine_pid)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert saved.read_text() == "queue saved"
