@@ -57,6 +57,10 @@ class Day:
     met: list[Met] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    pending: list[tuple[float, int]] = field(default_factory=list)
+    """(time, batch pods pending): the queue waiting for a GPU, sampled. A Job holds back its
+    replacement of a failed pod (a preempted one exits 143) for its own backoff: no pod waits
+    then, and a GPU left free meanwhile is the Job's choice, not warmgate's."""
     ledgers: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
     """The ledgers as read when the day ended (their files go with the lab's folder)."""
 
@@ -115,6 +119,16 @@ class Day:
                     gaps.append((node, gpu, t, self.ended))
         return [g for g in gaps if g[3] > g[2]]
 
+    def waited(self, start: float, end: float) -> float:
+        """Seconds between ``start`` and ``end`` during which a batch pod was pending."""
+        total = 0.0
+        for (t, pending), (t_next, _) in zip(
+            self.pending, [*self.pending[1:], (self.ended, 0)], strict=True
+        ):
+            if pending:
+                total += max(0.0, min(t_next, end) - max(t, start))
+        return total
+
     def ui_seconds(self) -> float:
         """GPU-seconds held by render pods within the day."""
         return sum(
@@ -167,6 +181,16 @@ async def _settled(lab: DayLab, expected: int) -> None:
             await asyncio.sleep(0.2)
 
 
+async def _sample_queue(lab: DayLab, day: Day, period: float = 0.5) -> None:
+    core = client.CoreV1Api(lab.admin)
+    while True:
+        with contextlib.suppress(client.ApiException, aiohttp.ClientError, TimeoutError):
+            pods = await core.list_namespaced_pod(lab.namespace, label_selector="app=trainer")
+            pending = sum(1 for p in pods.items if p.status.phase == "Pending")
+            day.pending.append((time.time(), pending))
+        await asyncio.sleep(period)
+
+
 async def _sample(admin: str, day: Day, period: float = 0.2) -> None:
     async with aiohttp.ClientSession() as http:
         while True:
@@ -206,6 +230,7 @@ async def run_day(lab: DayLab, trace: Sequence[Request], tail: float) -> Day:
                 for name in UIS:
                     await wg.runtime(name).cell.wait_for(lambda s: s.phase is Phase.READY)
         sampler = asyncio.create_task(_sample(wg.admin, day))
+        queue = asyncio.create_task(_sample_queue(lab, day))
         try:
             people = People(wg.url, lab.compression)
             day.began = time.time()
@@ -215,9 +240,10 @@ async def run_day(lab: DayLab, trace: Sequence[Request], tail: float) -> Day:
             day.ended = time.time()
             day.met = people.met
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            for task in (sampler, queue):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         async with aiohttp.ClientSession() as http, http.get(wg.admin + "/metrics") as resp:
             day.metrics = read_metrics(await resp.text())
     day.keep_ledgers()

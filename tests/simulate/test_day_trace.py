@@ -64,3 +64,16 @@ def test_the_picture_is_drawn_after_the_labs_folder_is_gone(tmp_path: Path) -> N
     picture = svg({"warmgate": day})
     assert picture.count('fill="white" stroke="#ccc"') == 5  # a row per GPU
     assert picture.count("<rect") == 1 + 5 + 2  # the page, the rows, the two holds
+
+
+def test_a_gap_counts_only_while_a_batch_pod_waited(tmp_path: Path) -> None:
+    """A GPU free while the Job holds back its next pod (its failure backoff) is not a GPU
+    left free while batch waited: only the seconds a batch pod was pending count."""
+    lab = DayLab(None, None, "day", tmp_path, "warmgate", 60.0)  # type: ignore[arg-type]
+    day = Day(lab, began=0.0, ended=30.0)
+    day.pending = [(0.0, 1), (2.0, 0), (10.0, 2), (12.0, 1), (20.0, 0)]
+    assert day.waited(0.0, 30.0) == 12.0  # 0-2 and 10-20
+    assert day.waited(5.0, 11.0) == 1.0
+    assert day.waited(20.0, 30.0) == 0.0
+    day.pending.append((25.0, 1))
+    assert day.waited(20.0, 30.0) == 5.0  # still pending when the day ended
