@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args, runtime_checkable
 
-from backends.documents import StateStore as StateStore  # the scale room imports it from here
 from backends.outside import number, one_line
 
 

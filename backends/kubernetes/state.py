@@ -1,5 +1,5 @@
 """Where warmgate keeps what it must not forget at a restart, in the cluster itself
-(:class:`backends.base.StateStore`):
+(:class:`backends.documents.StateStore`):
 
 - a target's own documents (its learned cold-start figures) as annotations
   ``warmgate.io/<key>`` on its Deployment: every replica and every restart shares them, and

@@ -98,7 +98,7 @@ class Placer:
                         self._may_start(rt, call.kind),
                         wake=rt.learned.wakes.predicted(),
                         waking=state.waking,
-                        pool_wait=_pool_wait(rt),
+                        pool_wait=pool_wait(rt),
                         unschedulable=_unschedulable(state),
                         queue=queue,
                         queue_wait=rt.queue.wait() if queue else 0.0,
@@ -167,7 +167,7 @@ class Placer:
         )
 
 
-def _pool_wait(runtime: TargetRuntime) -> str:
+def pool_wait(runtime: TargetRuntime) -> str:
     """What a start or wake of the target would wait for in its full GPU pool when nothing in
     it may be displaced yet (an unknown wait); empty when it would go, or make room first."""
     pool = runtime.pool

@@ -28,8 +28,8 @@ _CLOSE_TIMEOUT = 5.0
 
 
 class Store(Protocol):
-    """Where the histogram outlives a restart (``backends.base.StateStore`` is one: a state file
-    on one machine, the Deployment's annotation in a cluster)."""
+    """Where the histogram outlives a restart (``backends.documents.StateStore`` is one: a
+    state file on one machine, the Deployment's annotation in a cluster)."""
 
     @property
     def where(self) -> str: ...

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import Any
 
-from backends.base import StateStore
+from backends.documents import StateStore
 from router.config import Economics, Scaling
 from router.scale.eta import ColdStarts
 from router.scale.idle_policy import Windows

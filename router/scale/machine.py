@@ -223,12 +223,12 @@ class Machine:
         cell: StateCell,
         loop: asyncio.AbstractEventLoop,
         metrics: Metrics,
-        scaling: Scaling | None = None,
+        scaling: Scaling,
     ) -> None:
         self.name = name
         self.cell = cell
         self._loop = loop
-        self._scaling = Scaling() if scaling is None else scaling
+        self._scaling = scaling
         """Its ``failure_backoff``: the ``retry_at`` a failure sets."""
         self._gauges = {phase: metrics.target_phase.labels(name, phase.value) for phase in Phase}
         self._show(cell.current.phase)
@@ -276,7 +276,8 @@ class Machine:
             text = changes.get(said)
             if isinstance(text, str) and text:
                 changes[said] = one_line(text)
-        for name, value in row.sets.items():
+        # The backoff last: it reads the failure count the row sets, wherever the row names it.
+        for name, value in sorted(row.sets.items(), key=lambda kv: kv[1] is Count.BACKOFF):
             changes[name] = self._value(old, name, value, changes, now)
         if reason is not None:
             changes[row.says] = one_line(reason)

@@ -1,5 +1,5 @@
 """State that survives a restart of warmgate: small JSON documents in a
-:class:`backends.base.StateStore`, written through as they change.
+:class:`backends.documents.StateStore`, written through as they change.
 
 On one machine the store is :class:`FileStore`, a directory of files (``state_dir``); in a
 cluster a backend offers its own (the Kubernetes backend keeps a target's figures on its
@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from backends.base import BackendError, StateStore
-from backends.documents import MAX_DOCUMENT, decode, encode, refused
+from backends.base import BackendError
+from backends.documents import MAX_DOCUMENT, StateStore, decode, encode, refused
 from backends.outside import one_line
 
 log = logging.getLogger("warmgate.state")
@@ -158,7 +158,7 @@ class FileStore:
 
 
 class Readable(Protocol):
-    """What :func:`read_back` needs of a store (:class:`backends.base.StateStore` is one)."""
+    """What :func:`read_back` needs of a store (:class:`backends.documents.StateStore` is one)."""
 
     async def load(self, key: str) -> dict[str, Any] | None: ...
 

@@ -380,9 +380,6 @@ async def _stop_instead(p: Parts, why: str) -> None:
 
 # -- a step that raised -------------------------------------------------------------------------
 
-RECOVERY: Final = frozenset({Event.FAIL, Event.RELEASE_FAILED})
-"""The events of :func:`recover`."""
-
 
 async def recover(p: Parts, step: Step, exc: Exception) -> None:
     """A step raised (a backend error): the phase is put right before the error is counted. A

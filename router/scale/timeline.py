@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import STAGES, StateStore
+from backends.base import STAGES
+from backends.documents import StateStore
 from backends.outside import count, number
 from router.scale.persist import Writer, read_back
 from router.scale.state import Phase, TargetState

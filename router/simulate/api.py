@@ -14,11 +14,11 @@ from backends.base import RequestFacts
 from router.openai.budget import Budget
 from router.openai.costs import Bound
 from router.openai.facts import Ask, CloudOption, LocalOption, Rules, Snapshot
+from router.openai.placing import pool_wait
 from router.openai.policy import Action, decide
 from router.simulate.trace import Request
 
 if TYPE_CHECKING:
-    from router.scale.targets import TargetRuntime
     from router.simulate.run import Outcome, Replay
 
 _API_FACTS = RequestFacts(
@@ -60,7 +60,7 @@ class ApiPlacer:
                         rt.engine.may_start(_API_FACTS),
                         wake=rt.learned.wakes.predicted(),
                         waking=state.waking,
-                        pool_wait=_pool_wait(rt),
+                        pool_wait=pool_wait(rt),
                     )
                 )
             elif p.cloud is not None and p.model is not None:
@@ -112,13 +112,3 @@ class ApiPlacer:
         await asyncio.sleep(self.replay.work(request))
         self.budget.settle(reservation, cloud.cost)
         return Outcome(request, "cloud", cloud_usd=cloud.cost, reason="cloud")
-
-
-def _pool_wait(runtime: TargetRuntime) -> str:
-    """What a start or wake would wait for in the target's full GPU pool with nothing in it
-    displaceable yet (the live API's rule, ``router.openai.placing``); empty when it would go."""
-    pool = runtime.pool
-    if pool is None or runtime.state.resident:
-        return ""
-    wait = pool.wait_if_wanted(runtime.name)
-    return wait.reason if wait is not None and not wait.victim else ""
