@@ -14,11 +14,11 @@ from typing import Final
 
 import pytest
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 BLOCKS: Final = "router/scale/activity.py"
 """The one module that moves the counts: the blocks themselves."""
-GAUGE_MAKERS: Final = frozenset({BLOCKS, "router/scale/targets.py"})
+GAUGE_MAKERS: Final = frozenset({"router/scale/targets.py"})
 """Where the counts' gauges are labelled for a target (handed to the blocks, never moved)."""
 
 COUNTS: Final = frozenset({"in_flight", "held", "held_sockets", "streams"})

@@ -455,22 +455,29 @@ ENGINE_WITH_ATEXIT = (
 )
 
 
-@pytest.mark.parametrize("engine", ["hears", "deaf"])
-async def test_a_launcher_stops_its_engine_its_own_way_before_the_group_is_killed(
-    tmp_path: Path, engine: str
-) -> None:
+async def _launch_and_stop(tmp_path: Path, engine: str, stop_grace: str) -> Path:
+    """The launcher and its engine (``hears`` or ``deaf`` to SIGINT) started by a request,
+    then stopped; asserts the engine is gone, and returns where its exit handler saves."""
     saved, pid_file = tmp_path / "autosave", tmp_path / "autosave.pid"
     launcher = ["python", "-c", SIGINT_LAUNCHER, ENGINE_WITH_ATEXIT, "{port}", str(saved), engine]
     config = process_config(launcher)
-    # long enough for an engine that hears its launcher to save and exit on a loaded machine
-    # (it exits as soon as it has); one that is deaf is killed when the grace is spent
-    config["targets"]["t"]["backend"]["stop_grace"] = "10s" if engine == "hears" else "1s"
+    config["targets"]["t"]["backend"]["stop_grace"] = stop_grace
     async with warmgate(config) as wg, aiohttp.ClientSession() as client:
         async with client.get(wg.url + "/") as resp:
             assert resp.status == 200
         engine_pid = int(pid_file.read_text())
         await wg.runtime().backend.scale_down()
         assert not alive(engine_pid)
+    return saved
+
+
+@pytest.mark.parametrize("engine", ["hears", "deaf"])
+async def test_a_launcher_stops_its_engine_its_own_way_before_the_group_is_killed(
+    tmp_path: Path, engine: str
+) -> None:
+    # long enough for an engine that hears its launcher to save and exit on a loaded machine
+    # (it exits as soon as it has); one that is deaf is killed when the grace is spent
+    saved = await _launch_and_stop(tmp_path, engine, "10s" if engine == "hears" else "1s")
     if engine == "hears":  # SIGINT from its launcher: its exit handlers ran
         assert saved.read_text() == "queue saved"
     else:  # it ignores SIGINT: killed with its group once stop_grace is spent
@@ -483,18 +490,9 @@ async def test_an_engine_hears_its_launcher_when_warmgate_was_started_ignoring_s
     """A shell starts a background command with SIGINT ignored, and an ignored signal stays
     ignored across exec: warmgate's children hear it again, so the launcher's SIGINT still
     lets its engine save."""
-    saved, pid_file = tmp_path / "autosave", tmp_path / "autosave.pid"
-    launcher = ["python", "-c", SIGINT_LAUNCHER, ENGINE_WITH_ATEXIT, "{port}", str(saved), "hears"]
-    config = process_config(launcher)
-    config["targets"]["t"]["backend"]["stop_grace"] = "10s"
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        async with warmgate(config) as wg, aiohttp.ClientSession() as client:
-            async with client.get(wg.url + "/") as resp:
-                assert resp.status == 200
-            engine_pid = int(pid_file.read_text())
-            await wg.runtime().backend.scale_down()
-            assert not alive(engine_pid)
+        saved = await _launch_and_stop(tmp_path, "hears", "10s")
     finally:
         signal.signal(signal.SIGINT, before)
     assert saved.read_text() == "queue saved"

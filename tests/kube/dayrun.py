@@ -72,7 +72,7 @@ class Day:
             self.ledgers[path] = _lines(path)
 
     def _ledger(self, path: Path) -> list[dict[str, Any]]:
-        return self.ledgers[path] if path in self.ledgers else _lines(path)
+        return self.ledgers[path]
 
     def held(self) -> list[Held]:
         opened: dict[tuple[str, int, str], dict[str, Any]] = {}

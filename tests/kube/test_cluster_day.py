@@ -82,6 +82,7 @@ async def test_a_short_day_keeps_the_invariants(
 
     assert not [m for m in day.met if m.lost], "nothing lost"
     assert not (late := _released_in_time(day)), late
+    assert day.pending, "the batch queue was sampled"
     waited = [(g, day.waited(g[2], g[3])) for g in day.free_gaps()]
     gaps = [(g, round(w, 1)) for g, w in waited if w > BATCH_GAP]
     assert not gaps, f"GPUs left free while batch waited (gap, seconds a pod waited): {gaps}"

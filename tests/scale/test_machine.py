@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from router.config import Scaling
 from router.metrics import Metrics
 from router.scale.machine import BACK, TABLE, Event, InvalidTransition, Machine, rows
 from router.scale.state import Phase, StateCell, TargetState
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def machine(phase: Phase = Phase.COLD, **fields: object) -> Machine:
     loop = asyncio.get_event_loop_policy().get_event_loop()
     cell = StateCell(TargetState(phase, 0.0, **fields))  # type: ignore[arg-type]
-    return Machine("t", cell, loop, Metrics())
+    return Machine("t", cell, loop, Metrics(), Scaling())
 
 
 def test_a_start_to_ready_and_a_release_go_through_the_table() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
 
 import pytest
 
@@ -21,12 +20,12 @@ from router.scale.state import Phase, TargetState
 from router.scale.steps import STEPS
 from tests.cluster.test_replicas import Leading, ready_rig
 from tests.fakes import FakeParkingEngine
+from tests.helpers import ROOT
 from tests.scale.test_lifecycle import running
 from tests.scale.test_parked_lifecycle import one
 
 pytestmark = pytest.mark.looptime
 
-ROOT = Path(__file__).resolve().parents[2]
 
 Play = list[tuple[str, str, str]]
 """(the step under way, or ``-`` outside one; the event; the phase after it)."""
@@ -65,21 +64,18 @@ def check(seen: Play, expected: Play) -> None:
 
 
 START = [("start", "start", "starting"), ("probe", "ready", "ready")]
+RELEASE = [
+    ("drain", "drain", "draining"),
+    ("drain", "commit", "draining"),
+    ("drain", "released", "cold"),
+]
 
 
 async def test_a_release(played: Play) -> None:
     async with running() as rig:
         await rig.serve(1)
         await rig.until(Phase.COLD)
-        check(
-            played,
-            [
-                *START,
-                ("drain", "drain", "draining"),
-                ("drain", "commit", "draining"),
-                ("drain", "released", "cold"),
-            ],
-        )
+        check(played, [*START, *RELEASE])
         assert rig.backend.calls == ["up", "down"]
         assert rig.metric("warmgate_idle_releases_total") == 1
 
@@ -138,14 +134,7 @@ async def test_a_release_by_the_leader_with_the_others_fenced(played: Play) -> N
     async with ready_rig(Leading()) as rig:
         played.clear()
         await rig.until(Phase.COLD)
-        check(
-            played,
-            [
-                ("drain", "drain", "draining"),
-                ("drain", "commit", "draining"),
-                ("drain", "released", "cold"),
-            ],
-        )
+        check(played, RELEASE)
         assert rig.metric("warmgate_idle_releases_total") == 1
 
 
